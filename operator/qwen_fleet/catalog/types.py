@@ -1,0 +1,63 @@
+"""Shapes of the catalog's facts. Data lives beside this module; logic lives in ``qwen_fleet.plan``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class LinearAttentionFacts:
+    """Gated DeltaNet (linear attention) layer geometry: a fixed-size recurrent state per sequence."""
+
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel_size: int
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """Architecture facts of one published model, each number traceable to ``sources``."""
+
+    name: str  # Hugging Face repo id, e.g. "Qwen/Qwen3-4B-Instruct-2507"
+    family: str  # "qwen3.6", "qwen3.5", "qwen3", "qwen2.5"
+    params_billion: float  # total parameters (all experts), billions
+    num_layers: int
+    full_attention_layers: int  # layers that keep a per-token KV cache
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    hidden_size: int
+    vocab_size: int
+    native_context: int
+    active_params_billion: float | None = None  # MoE: parameters used per token
+    num_experts: int | None = None
+    experts_per_token: int | None = None
+    linear_attention: LinearAttentionFacts | None = None  # hybrid models only
+    tie_word_embeddings: bool = False
+    dtype: str = "bfloat16"  # dtype of the published weights
+    weight_quantization: str | None = None  # "awq", "gptq", "fp8" for pre-quantized repos
+    aliases: tuple[str, ...] = ()
+    sources: tuple[str, ...] = field(default=())
+
+    @property
+    def linear_attention_layers(self) -> int:
+        return self.num_layers - self.full_attention_layers
+
+    @property
+    def is_moe(self) -> bool:
+        return bool(self.num_experts)
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """One GPU type as it appears on nodes (the ``nvidia.com/gpu.product`` label NVIDIA GFD sets)."""
+
+    product: str  # e.g. "NVIDIA-H100-80GB-HBM3"
+    memory_gib: float  # memory the driver reports, GiB
+    short_name: str  # "H100-80GB"
+    interconnect: str  # "NVLink 4 (900 GB/s)", "PCIe 4.0 x16"
+    fp8: bool  # native FP8 tensor cores (Ada/Hopper and later)
+    aliases: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()

