@@ -40,6 +40,17 @@ class ModelFacts:
     weight_quantization: str | None = None  # "awq", "gptq", "fp8" for pre-quantized repos
     aliases: tuple[str, ...] = ()
     sources: tuple[str, ...] = field(default=())
+    # Hybrid models: every N-th layer is full attention (config.json `full_attention_interval`).
+    full_attention_interval: int | None = None
+    # Parameters in the published safetensors index, where known. Qwen3.5/3.6 cards round ("27B") and
+    # count the language model only; the checkpoint also holds the vision encoder and the MTP layer,
+    # which vLLM loads, so weight-memory planning should prefer this number when it is present.
+    checkpoint_params_billion: float | None = None
+    # Repo whose architecture this one reuses (pre-quantized or fine-tuned variants).
+    base_model: str | None = None
+    # Field names whose value was inherited or inferred rather than read from a source (see
+    # docs/catalog.md); the planner may use them, a reviewer should re-check them first.
+    unverified_fields: tuple[str, ...] = ()
 
     @property
     def linear_attention_layers(self) -> int:
@@ -48,6 +59,10 @@ class ModelFacts:
     @property
     def is_moe(self) -> bool:
         return bool(self.num_experts)
+
+    @property
+    def is_hybrid(self) -> bool:
+        return self.linear_attention is not None
 
 
 @dataclass(frozen=True)
@@ -61,3 +76,10 @@ class GpuFacts:
     fp8: bool  # native FP8 tensor cores (Ada/Hopper and later)
     aliases: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
+    # The `nvidia.com/gpu.memory` label: NVML total memory in MiB, exactly as GFD writes it.
+    memory_mib: int | None = None
+    # CUDA compute capability; FP8 tensor cores start at 8.9 (Ada), which `fp8` must agree with.
+    compute_capability: tuple[int, int] | None = None
+    # Nominal bidirectional GPU-to-GPU bandwidth per GPU, GB/s (NVLink if present, else PCIe).
+    interconnect_gb_s: float | None = None
+    nvlink: bool = False

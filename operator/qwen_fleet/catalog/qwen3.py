@@ -1,0 +1,159 @@
+"""Qwen3 (2025): standard GQA attention on every layer, head_dim 128, QK-norm, no QKV bias.
+
+Dense 0.6B-32B use 8 KV heads, the MoE models 4. `native_context` is the config's
+`max_position_embeddings` (what vLLM takes as the default max model length): 40960 for the April
+2025 releases, whose cards call the native window 32,768 tokens; 262144 for the 2507 releases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from qwen_fleet.catalog.types import ModelFacts
+
+_HF = "https://huggingface.co/"
+_BLOG = "https://qwenlm.github.io/blog/qwen3/"  # table: layers, heads (Q/KV), tie embedding, experts
+_MINDSPEED = "https://gitcode.com/Ascend/MindSpeed-RL/blob/master/configs/model/"
+_VOCAB = 151936
+_CONTEXT_2504 = 40960
+_CONTEXT_2507 = 262144
+
+
+def _sources(repo: str, *extra: str) -> tuple[str, ...]:
+    return (f"{_HF}{repo}/blob/main/config.json", f"{_HF}{repo}", _BLOG, *extra)
+
+
+def _dense(
+    size: str,
+    *,
+    params: float,
+    layers: int,
+    heads: int,
+    hidden: int,
+    tied: bool,
+    extra_sources: tuple[str, ...] = (),
+) -> ModelFacts:
+    repo = f"Qwen/Qwen3-{size}"
+    return ModelFacts(
+        name=repo,
+        family="qwen3",
+        params_billion=params,
+        num_layers=layers,
+        full_attention_layers=layers,
+        num_attention_heads=heads,
+        num_kv_heads=8,
+        head_dim=128,
+        hidden_size=hidden,
+        vocab_size=_VOCAB,
+        native_context=_CONTEXT_2504,
+        tie_word_embeddings=tied,
+        sources=_sources(repo, *extra_sources),
+    )
+
+
+def _release(base: ModelFacts, name: str, native_context: int, *extra_sources: str) -> ModelFacts:
+    """A later checkpoint of `base` (2507 refresh, reranker): same architecture, own repo."""
+    return replace(
+        base,
+        name=name,
+        native_context=native_context,
+        base_model=base.name,
+        aliases=(),
+        sources=(f"{_HF}{name}/blob/main/config.json", f"{_HF}{name}", *extra_sources),
+    )
+
+
+QWEN3_0_6B = _dense("0.6B", params=0.6, layers=28, heads=16, hidden=1024, tied=True)
+QWEN3_1_7B = _dense("1.7B", params=1.7, layers=28, heads=16, hidden=2048, tied=True)
+QWEN3_4B = _dense("4B", params=4.0, layers=36, heads=32, hidden=2560, tied=True)
+QWEN3_8B = _dense("8B", params=8.2, layers=36, heads=32, hidden=4096, tied=False)
+QWEN3_14B = _dense("14B", params=14.8, layers=40, heads=40, hidden=5120, tied=False)
+QWEN3_32B = _dense(
+    "32B",
+    params=32.8,
+    layers=64,
+    heads=64,
+    hidden=5120,
+    tied=False,
+    extra_sources=(f"{_MINDSPEED}qwen3_32b.yaml",),
+)
+
+QWEN3_30B_A3B = ModelFacts(
+    name="Qwen/Qwen3-30B-A3B",
+    family="qwen3",
+    params_billion=30.5,
+    active_params_billion=3.3,
+    num_experts=128,
+    experts_per_token=8,
+    num_layers=48,
+    full_attention_layers=48,
+    num_attention_heads=32,
+    num_kv_heads=4,
+    head_dim=128,
+    hidden_size=2048,
+    vocab_size=_VOCAB,
+    native_context=_CONTEXT_2504,
+    tie_word_embeddings=False,
+    sources=_sources("Qwen/Qwen3-30B-A3B", f"{_MINDSPEED}qwen3_30b_a3b.yaml"),
+)
+
+QWEN3_235B_A22B = ModelFacts(
+    name="Qwen/Qwen3-235B-A22B",
+    family="qwen3",
+    params_billion=235.0,
+    active_params_billion=22.0,
+    num_experts=128,
+    experts_per_token=8,
+    num_layers=94,
+    full_attention_layers=94,
+    num_attention_heads=64,
+    num_kv_heads=4,
+    head_dim=128,
+    hidden_size=4096,
+    vocab_size=_VOCAB,
+    native_context=_CONTEXT_2504,
+    tie_word_embeddings=False,
+    sources=_sources("Qwen/Qwen3-235B-A22B", f"{_MINDSPEED}qwen3_235b_a22b.yaml"),
+)
+
+# The 2507 refresh kept each architecture and raised the native window to 262,144 tokens.
+QWEN3_4B_2507 = replace(
+    _release(QWEN3_4B, "Qwen/Qwen3-4B-Instruct-2507", _CONTEXT_2507),
+    aliases=("Qwen3-4B-2507",),
+)
+QWEN3_30B_A3B_2507 = replace(
+    _release(QWEN3_30B_A3B, "Qwen/Qwen3-30B-A3B-Instruct-2507", _CONTEXT_2507),
+    aliases=("Qwen3-30B-A3B-2507",),
+)
+QWEN3_235B_A22B_2507 = replace(
+    _release(QWEN3_235B_A22B, "Qwen/Qwen3-235B-A22B-Instruct-2507", _CONTEXT_2507),
+    aliases=("Qwen3-235B-A22B-2507",),
+)
+
+# Fine-tuned from Qwen3-0.6B-Base (card: 28 layers, 0.6B, 32k). vLLM serves it as a pooling model
+# but it still decodes through the same attention stack, so KV sizing applies unchanged. The
+# 40960 window is what vLLM derives from its config; vocab/tie/dtype are inherited, not read.
+QWEN3_RERANKER_0_6B = replace(
+    _release(
+        QWEN3_0_6B,
+        "Qwen/Qwen3-Reranker-0.6B",
+        _CONTEXT_2504,
+        "https://docs.rbln.ai/latest/software/model_serving/vllm_support/recipes/qwen3-reranker-0.6b.html",
+    ),
+    unverified_fields=("vocab_size", "tie_word_embeddings", "dtype"),
+)
+
+QWEN3_MODELS: tuple[ModelFacts, ...] = (
+    QWEN3_0_6B,
+    QWEN3_1_7B,
+    QWEN3_4B,
+    QWEN3_8B,
+    QWEN3_14B,
+    QWEN3_32B,
+    QWEN3_30B_A3B,
+    QWEN3_235B_A22B,
+    QWEN3_4B_2507,
+    QWEN3_30B_A3B_2507,
+    QWEN3_235B_A22B_2507,
+    QWEN3_RERANKER_0_6B,
+)

@@ -1,0 +1,178 @@
+"""Qwen3.5 / Qwen3.6: hybrid Gated DeltaNet + gated full attention, natively multimodal (2026).
+
+Every fourth layer is full attention (`full_attention_interval: 4`, `layer_types` = three
+`linear_attention` then one `full_attention`); only those layers keep a per-token KV cache. The
+linear layers keep a fixed-size recurrent state per sequence whose geometry is
+`LinearAttentionFacts`. Numbers are the language model's, read from each repo's `config.json`
+`text_config` and model card; docs/catalog.md says where each was cross-checked.
+"""
+
+from __future__ import annotations
+
+from qwen_fleet.catalog.types import LinearAttentionFacts, ModelFacts
+
+_HF = "https://huggingface.co/"
+_SLIME = "https://github.com/THUDM/slime/blob/main/scripts/models/"
+# Qwen3.5/3.6 cards state the padded token embedding and the native context once per model.
+_VOCAB = 248320
+_NATIVE_CONTEXT = 262144
+_INTERVAL = 4
+_CONV_KERNEL = 4
+
+
+def _sources(repo: str, *extra: str) -> tuple[str, ...]:
+    return (f"{_HF}{repo}/blob/main/config.json", f"{_HF}{repo}", *extra)
+
+
+def _gdn(key_heads: int, value_heads: int) -> LinearAttentionFacts:
+    # Every published Qwen3.5/3.6 size uses 128-wide QK and V heads and a width-4 causal conv.
+    return LinearAttentionFacts(
+        num_key_heads=key_heads,
+        num_value_heads=value_heads,
+        key_head_dim=128,
+        value_head_dim=128,
+        conv_kernel_size=_CONV_KERNEL,
+    )
+
+
+QWEN35_MODELS: tuple[ModelFacts, ...] = (
+    ModelFacts(
+        name="Qwen/Qwen3.5-9B",
+        family="qwen3.5",
+        params_billion=9.0,
+        checkpoint_params_billion=9.653,
+        num_layers=32,
+        full_attention_layers=8,
+        full_attention_interval=_INTERVAL,
+        num_attention_heads=16,
+        num_kv_heads=4,
+        head_dim=256,
+        hidden_size=4096,
+        vocab_size=_VOCAB,
+        native_context=_NATIVE_CONTEXT,
+        linear_attention=_gdn(key_heads=16, value_heads=32),
+        tie_word_embeddings=False,
+        # The config copies we read were cut before the key; the card only states it for the tied
+        # 4B ("LM Output ... Tied to token embedding"), and 9.65B checkpoint params only add up untied.
+        unverified_fields=("tie_word_embeddings",),
+        sources=_sources("Qwen/Qwen3.5-9B"),
+    ),
+    ModelFacts(
+        name="Qwen/Qwen3.5-27B",
+        family="qwen3.5",
+        params_billion=27.0,
+        num_layers=64,
+        full_attention_layers=16,
+        full_attention_interval=_INTERVAL,
+        num_attention_heads=24,
+        num_kv_heads=4,
+        head_dim=256,
+        hidden_size=5120,
+        vocab_size=_VOCAB,
+        native_context=_NATIVE_CONTEXT,
+        linear_attention=_gdn(key_heads=16, value_heads=48),
+        tie_word_embeddings=False,
+        sources=_sources("Qwen/Qwen3.5-27B", f"{_SLIME}qwen3.5-27B.sh"),
+    ),
+    ModelFacts(
+        name="Qwen/Qwen3.6-27B",
+        family="qwen3.6",
+        params_billion=27.0,
+        checkpoint_params_billion=27.781,
+        num_layers=64,
+        full_attention_layers=16,
+        full_attention_interval=_INTERVAL,
+        num_attention_heads=24,
+        num_kv_heads=4,
+        head_dim=256,
+        hidden_size=5120,
+        vocab_size=_VOCAB,
+        native_context=_NATIVE_CONTEXT,
+        linear_attention=_gdn(key_heads=16, value_heads=48),
+        tie_word_embeddings=False,  # card: "LM Output: 248320 (Padded)", i.e. its own head
+        sources=_sources("Qwen/Qwen3.6-27B"),
+    ),
+    ModelFacts(
+        name="Qwen/Qwen3.5-35B-A3B",
+        family="qwen3.5",
+        params_billion=35.0,
+        active_params_billion=3.0,
+        num_experts=256,
+        experts_per_token=8,  # routed; the card adds one always-on shared expert
+        num_layers=40,
+        full_attention_layers=10,
+        full_attention_interval=_INTERVAL,
+        num_attention_heads=16,
+        num_kv_heads=2,
+        head_dim=256,
+        hidden_size=2048,
+        vocab_size=_VOCAB,
+        native_context=_NATIVE_CONTEXT,
+        linear_attention=_gdn(key_heads=16, value_heads=32),
+        tie_word_embeddings=False,
+        sources=_sources("Qwen/Qwen3.5-35B-A3B", f"{_SLIME}qwen3.5-35B-A3B.sh"),
+    ),
+    ModelFacts(
+        name="Qwen/Qwen3.6-35B-A3B",
+        family="qwen3.6",
+        params_billion=35.0,
+        active_params_billion=3.0,
+        num_experts=256,
+        experts_per_token=8,
+        num_layers=40,
+        full_attention_layers=10,
+        full_attention_interval=_INTERVAL,
+        num_attention_heads=16,
+        num_kv_heads=2,
+        head_dim=256,
+        hidden_size=2048,
+        vocab_size=_VOCAB,
+        native_context=_NATIVE_CONTEXT,
+        linear_attention=_gdn(key_heads=16, value_heads=32),
+        tie_word_embeddings=False,
+        sources=_sources("Qwen/Qwen3.6-35B-A3B", f"{_SLIME}qwen36-35B-A3B.sh"),
+    ),
+    ModelFacts(
+        name="Qwen/Qwen3.5-122B-A10B",
+        family="qwen3.5",
+        params_billion=122.0,
+        active_params_billion=10.0,
+        num_experts=256,
+        experts_per_token=8,
+        num_layers=48,
+        full_attention_layers=12,
+        full_attention_interval=_INTERVAL,
+        num_attention_heads=32,
+        num_kv_heads=2,
+        head_dim=256,
+        hidden_size=3072,
+        vocab_size=_VOCAB,
+        native_context=_NATIVE_CONTEXT,
+        linear_attention=_gdn(key_heads=16, value_heads=64),
+        tie_word_embeddings=False,  # card: "LM Output: 248320 (Padded)"
+        # The card gives heads and head dims but not the conv width; 4 is every other Qwen3.5 size.
+        unverified_fields=("linear_attention",),
+        sources=_sources("Qwen/Qwen3.5-122B-A10B"),
+    ),
+    ModelFacts(
+        name="Qwen/Qwen3.5-397B-A17B",
+        family="qwen3.5",
+        params_billion=397.0,
+        active_params_billion=17.0,
+        checkpoint_params_billion=403.0,
+        num_experts=512,
+        experts_per_token=10,
+        num_layers=60,
+        full_attention_layers=15,
+        full_attention_interval=_INTERVAL,
+        num_attention_heads=32,
+        num_kv_heads=2,
+        head_dim=256,
+        hidden_size=4096,
+        vocab_size=_VOCAB,
+        native_context=_NATIVE_CONTEXT,
+        linear_attention=_gdn(key_heads=16, value_heads=64),
+        tie_word_embeddings=False,
+        sources=_sources("Qwen/Qwen3.5-397B-A17B", f"{_SLIME}qwen3.5-397B-A17B.sh"),
+    ),
+)
