@@ -1,0 +1,99 @@
+"""The plan: everything render needs that is derived rather than written in the spec. Pure.
+
+Defaults live here (served model name, image, /dev/shm size, memory including shm and KV offload), and so do
+the checks only the operator can make (the model fits the GPU, tensor size divides the heads). A plan with
+``problems`` must not be applied: the resource is Stalled instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from qwen_fleet.api import QwenInference
+from qwen_fleet.api.resource import CapacityStatus
+from qwen_fleet.config import OperatorConfig
+from qwen_fleet.plan import quantities as q
+
+MODEL_MOUNT = "/models"
+HF_HOME = "/root/.cache/huggingface"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A reason the spec cannot be served as written; becomes the Stalled condition's reason and message."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    namespace: str
+    image: str
+    served_model_name: str
+    model_ref: str  # what vLLM's --model gets: a repo id, or a directory on the mounted claim
+    gpus_per_replica: int
+    replicas: int | None  # None: the HPA owns the count
+    max_replicas: int
+    shm_size: str
+    memory: str | None
+    cpu: str | None
+    capacity: CapacityStatus | None
+    problems: tuple[Problem, ...] = ()
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def feasible(self) -> bool:
+        return not self.problems
+
+
+def default_shm_bytes(gpus: int) -> int:
+    # One GPU: vLLM's single process barely uses shm. Several: workers exchange tensors through it
+    # (vLLM docs); production charts use 8-20Gi for TP. 4Gi per GPU, capped at 32Gi.
+    if gpus <= 1:
+        return q.GiB
+    return min(4 * gpus, 32) * q.GiB
+
+
+def make_plan(cr: QwenInference, config: OperatorConfig) -> Plan:
+    spec = cr.spec
+    gpus = spec.gpus_per_replica
+    shm = q.parse(spec.resources.shm_size) if spec.resources.shm_size is not None else Decimal(
+        default_shm_bytes(gpus))
+    memory = None
+    if spec.resources.memory is not None:
+        # The memory-backed /dev/shm and CPU KV offload both count against the container's memory limit.
+        total = q.parse(spec.resources.memory) + shm
+        total += Decimal(str(spec.engine.kv_offload_gi_b or 0)) * q.GiB
+        total += Decimal(str(spec.engine.cpu_offload_gi_b or 0)) * q.GiB * gpus
+        memory = q.format_bytes(total)
+    if spec.model.source.pvc is not None:
+        model_ref = MODEL_MOUNT + spec.model.source.pvc.path.rstrip("/") if spec.model.source.pvc.path != "/" \
+            else MODEL_MOUNT
+    else:
+        model_ref = spec.model.name
+    autoscaling = spec.autoscaling
+    replicas = None if autoscaling.enabled else (spec.replicas if spec.replicas is not None else 1)
+    max_replicas = (autoscaling.max_replicas or autoscaling.min_replicas) if autoscaling.enabled else (
+        replicas or 0)
+    from qwen_fleet.plan.planner import assess  # the capacity part has its own module
+
+    capacity, problems, warnings = assess(spec)
+    return Plan(
+        name=cr.name,
+        namespace=cr.namespace,
+        image=spec.engine.image or config.default_image,
+        served_model_name=spec.model.served_model_name or cr.name,
+        model_ref=model_ref,
+        gpus_per_replica=gpus,
+        replicas=replicas,
+        max_replicas=max_replicas,
+        shm_size=q.format_bytes(shm),
+        memory=memory,
+        cpu=str(spec.resources.cpu) if spec.resources.cpu is not None else None,
+        capacity=capacity,
+        problems=tuple(problems),
+        warnings=tuple(warnings),
+    )

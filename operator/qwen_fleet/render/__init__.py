@@ -1,0 +1,47 @@
+"""Pure rendering: a QwenInference and its plan become the child manifests, as plain dicts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from qwen_fleet.api import QwenInference
+from qwen_fleet.plan import Plan
+from qwen_fleet.render.autoscaler import render_hpa
+from qwen_fleet.render.deployment import render_deployment
+from qwen_fleet.render.disruption import render_pdb
+from qwen_fleet.render.extras import render_model_cache_claim, render_preflight_config_map
+from qwen_fleet.render.monitoring import render_prometheus_rule, render_service_monitor
+from qwen_fleet.render.service import render_service
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """Optional APIs present in the cluster; children of absent kinds are skipped, not failed."""
+
+    service_monitor: bool = False
+    prometheus_rule: bool = False
+
+
+ALL_CAPABILITIES = Capabilities(service_monitor=True, prometheus_rule=True)
+
+
+def render_children(cr: QwenInference, plan: Plan, caps: Capabilities) -> list[dict[str, Any]]:
+    """Every child the spec asks for, in apply order (things pods mount come before the Deployment)."""
+    spec = cr.spec
+    children: list[dict[str, Any]] = []
+    if spec.nccl.preflight.enabled:
+        children.append(render_preflight_config_map(cr))
+    if spec.model.cache is not None and spec.model.source.pvc is None:
+        children.append(render_model_cache_claim(cr))
+    children.append(render_deployment(cr, plan))
+    children.append(render_service(cr))
+    if spec.autoscaling.enabled:
+        children.append(render_hpa(cr))
+    if plan.max_replicas > 1:
+        children.append(render_pdb(cr))
+    if spec.monitoring.service_monitor and caps.service_monitor:
+        children.append(render_service_monitor(cr))
+    if spec.monitoring.prometheus_rule and caps.prometheus_rule:
+        children.append(render_prometheus_rule(cr))
+    return children

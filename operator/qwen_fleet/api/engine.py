@@ -1,0 +1,222 @@
+"""``spec.model`` and ``spec.engine``: what to serve and how vLLM batches it."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from qwen_fleet.api.base import ApiModel, Quantity, Rule
+
+Quantization = Literal[
+    "awq", "awq_marlin", "auto_awq", "gptq", "gptq_marlin", "auto_gptq", "fp8", "fbgemm_fp8",
+    "compressed-tensors", "moe_wna16", "experts_int8", "modelopt", "modelopt_fp4", "mxfp4", "torchao",
+    "quark", "inc",
+]
+KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
+Dtype = Literal["auto", "half", "float16", "bfloat16", "float", "float32"]
+
+# Flags the typed fields own; ``extraArgs`` may not repeat them (vLLM would take whichever came last, and a
+# reviewer reading the spec would be misled). vLLM's parser also accepts underscores and ``--no-`` forms.
+OWNED_FLAGS: tuple[str, ...] = (
+    "model", "revision", "tokenizer-revision", "served-model-name", "port", "host", "trust-remote-code",
+    "max-model-len", "max-num-seqs", "max-num-batched-tokens", "block-size", "gpu-memory-utilization",
+    "dtype", "quantization", "kv-cache-dtype", "enforce-eager", "enable-prefix-caching",
+    "enable-chunked-prefill", "kv-offloading-size", "kv-offloading-backend", "cpu-offload-gb",
+    "scheduling-policy", "tensor-parallel-size", "pipeline-parallel-size", "shutdown-timeout",
+    "download-dir",
+)
+OWNED_SHORT_FLAGS: tuple[str, ...] = ("-tp", "-pp", "-q")
+OWNED_FLAG_PATTERN = (
+    "^(--(no-)?(" + "|".join(f.replace("-", "[-_]") for f in OWNED_FLAGS) + ")|"
+    + "|".join(OWNED_SHORT_FLAGS) + ")(=.*)?$"
+)
+_OWNED_FLAG_RE = re.compile(OWNED_FLAG_PATTERN)
+# Environment variables the operator sets itself from typed fields.
+OWNED_ENV = ("HF_TOKEN", "HF_HOME", "HF_HUB_OFFLINE", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_IB_DISABLE",
+             "NCCL_P2P_DISABLE", "NCCL_SOCKET_IFNAME", "NCCL_DEBUG", "VLLM_PORT")
+
+
+def owned_flag(arg: str) -> bool:
+    return bool(_OWNED_FLAG_RE.match(arg))
+
+
+class SecretKeyRef(ApiModel):
+    """A key of a Secret in the same namespace; the operator references it and never copies its value."""
+
+    name: str = Field(description="Name of the Secret.", min_length=1, max_length=253)
+    key: str = Field(default="token", description="Key inside the Secret.", min_length=1, max_length=253)
+
+
+class HuggingFaceSource(ApiModel):
+    """Download the weights from the Hugging Face Hub at pod start."""
+
+    token_secret_ref: SecretKeyRef | None = Field(
+        default=None, description="Secret key holding a Hugging Face token (gated or private models). "
+        "Passed to the pod as HF_TOKEN through secretKeyRef.")
+
+
+class PvcSource(ApiModel):
+    """Serve weights already present on a PersistentVolumeClaim (no download)."""
+
+    claim_name: str = Field(description="Name of the PersistentVolumeClaim holding the model.",
+                            min_length=1, max_length=253)
+    path: str = Field(default="/", description="Directory of the model inside the claim.", max_length=1024,
+                      pattern=r"^/.*$")
+    read_only: bool = Field(default=True, description="Mount the claim read-only.")
+
+
+class ModelSource(ApiModel, rules=[Rule(
+    cel="(has(self.huggingFace) ? 1 : 0) + (has(self.pvc) ? 1 : 0) == 1",
+    check=lambda s: (s.hugging_face is not None) + (s.pvc is not None) == 1,
+    message="model.source must name exactly one of huggingFace or pvc",
+)]):
+    """Where the weights come from: exactly one of huggingFace or pvc."""
+
+    hugging_face: HuggingFaceSource | None = Field(default=None, alias="huggingFace",
+                                                   description="Download from the Hugging Face Hub.")
+    pvc: PvcSource | None = Field(default=None, description="Read from a PersistentVolumeClaim.")
+
+
+class ModelCache(ApiModel):
+    """A PersistentVolumeClaim the operator creates for the Hugging Face cache, so restarts skip the download."""
+
+    size: Quantity = Field(description="Size of the cache claim, e.g. 100Gi.")
+    storage_class_name: str | None = Field(default=None, description="StorageClass of the claim.",
+                                           max_length=253)
+    access_mode: Literal["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"] = Field(
+        default="ReadWriteMany", description="Access mode; ReadWriteMany lets replicas on many nodes share it.")
+
+
+class ModelSpec(ApiModel):
+    """The model to serve."""
+
+    name: str = Field(description="Hugging Face repo id (e.g. Qwen/Qwen3-4B-Instruct-2507), or, with a pvc "
+                      "source, the directory of the model inside the claim.", min_length=1, max_length=256,
+                      pattern=r"^[^\s]+$")
+    revision: str | None = Field(default=None, description="Branch, tag or commit of the repo; a 40-hex "
+                                 "commit makes downloads reproducible.", max_length=128, pattern=r"^[^\s]+$")
+    served_model_name: str | None = Field(default=None, description="Model name clients send in requests "
+                                          "and that metrics carry as model_name (default: the resource's "
+                                          "name).", max_length=128, pattern=r"^[^\s]+$")
+    source: ModelSource = Field(default_factory=lambda: ModelSource(huggingFace=HuggingFaceSource()),
+                                description="Where the weights come from (default: Hugging Face).")
+    cache: ModelCache | None = Field(default=None, description="Persistent cache for downloaded weights; "
+                                     "without it an emptyDir holds them for the pod's lifetime.")
+    trust_remote_code: bool = Field(default=False, description="Allow the model repo's own Python code "
+                                    "(vLLM --trust-remote-code). Off unless the model needs it.")
+
+
+class EnvVar(ApiModel):
+    """An environment variable for the vLLM container (value or valueFrom, as in core Pods)."""
+
+    name: str = Field(description="Variable name.", min_length=1, max_length=256,
+                      pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+    value: str | None = Field(default=None, description="Literal value.", max_length=32768)
+    value_from: dict[str, Any] | None = Field(default=None, description="A core EnvVarSource "
+                                              "(secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef).")
+
+
+_MAX_TOKENS = 16_777_216
+
+
+class EngineSpec(ApiModel, rules=[
+    Rule(
+        cel="!has(self.maxNumBatchedTokens) || !has(self.maxModelLen) || !has(self.enableChunkedPrefill) || "
+            "self.enableChunkedPrefill || self.maxNumBatchedTokens >= self.maxModelLen",
+        check=lambda e: e.max_num_batched_tokens is None or e.max_model_len is None
+        or e.enable_chunked_prefill is not False or e.max_num_batched_tokens >= e.max_model_len,
+        message="engine.maxNumBatchedTokens must be at least engine.maxModelLen when enableChunkedPrefill is "
+                "false (without chunking a whole prompt must fit in one batch)",
+    ),
+    Rule(
+        cel="!has(self.maxNumBatchedTokens) || !has(self.maxNumSeqs) || "
+            "self.maxNumBatchedTokens >= self.maxNumSeqs",
+        check=lambda e: e.max_num_batched_tokens is None or e.max_num_seqs is None
+        or e.max_num_batched_tokens >= e.max_num_seqs,
+        message="engine.maxNumBatchedTokens must be at least engine.maxNumSeqs (each running sequence "
+                "needs a token in every batch)",
+    ),
+    Rule(
+        cel="!has(self.extraArgs) || self.extraArgs.all(a, !a.matches('" + OWNED_FLAG_PATTERN + "'))",
+        check=lambda e: not any(owned_flag(a) for a in e.extra_args),
+        message="engine.extraArgs must not repeat a flag that a typed field owns (e.g. --max-num-seqs is "
+                "engine.maxNumSeqs, --tensor-parallel-size is parallelism.tensor)",
+    ),
+    Rule(
+        cel="!has(self.env) || self.env.all(e, !(e.name in " + str(list(OWNED_ENV)) + "))",
+        check=lambda e: not any(v.name in OWNED_ENV for v in e.env),
+        message="engine.env must not set a variable the operator owns (" + ", ".join(OWNED_ENV) + "): use "
+                "the typed field (nccl.*, model.source.huggingFace.tokenSecretRef, service.port)",
+    ),
+    Rule(cel="!has(self.swapSpace)", check=lambda e: e.swap_space is None,
+         message="engine.swapSpace was removed from vLLM (--swap-space is gone); use engine.kvOffloadGiB, "
+                 "vLLM's CPU KV offload (--kv-offloading-size)"),
+    Rule(cel="!has(self.workerUseRay)", check=lambda e: e.worker_use_ray is None,
+         message="engine.workerUseRay was removed from vLLM (--worker-use-ray is gone); multi-GPU replicas "
+                 "use vLLM's multiprocessing backend, set by parallelism.tensor / parallelism.pipeline"),
+    Rule(cel="!has(self.maxParallelRequests)", check=lambda e: e.max_parallel_requests is None,
+         message="engine.maxParallelRequests is not a vLLM setting; the concurrency limit is "
+                 "engine.maxNumSeqs (--max-num-seqs)"),
+]):
+    """The vLLM engine and its continuous-batching knobs. Unset fields keep vLLM's own defaults."""
+
+    image: str | None = Field(default=None, description="Serving image (default: the operator's "
+                              "configured image, vllm/vllm-openai at the pinned engine version).",
+                              max_length=512, pattern=r"^[^\s]+$")
+    max_model_len: int | None = Field(default=None, ge=16, le=_MAX_TOKENS, description="Longest sequence "
+                                      "(prompt + output) in tokens (--max-model-len). Bounds KV-cache use "
+                                      "per sequence; the planner checks one sequence fits.")
+    max_num_seqs: int | None = Field(default=None, ge=1, le=65536, description="Most sequences in one "
+                                     "batch (--max-num-seqs): the concurrency of one replica. Requests "
+                                     "beyond it wait in the queue (vllm:num_requests_waiting).")
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS, description="Token "
+                                               "budget of one scheduler step (--max-num-batched-tokens); "
+                                               "with chunked prefill, long prompts are split to fit it.")
+    block_size: Literal[8, 16, 32, 64, 128, 256] | None = Field(default=None, description="Tokens per "
+                                                               "KV-cache block, PagedAttention's page "
+                                                               "(--block-size).")
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1, description="Fraction of each "
+                                                 "GPU's memory vLLM may use for weights, activations and "
+                                                 "KV cache (--gpu-memory-utilization, vLLM default 0.9).")
+    dtype: Dtype | None = Field(default=None, description="Weight and activation dtype (--dtype).")
+    quantization: Quantization | None = Field(default=None, description="Weight quantization method "
+                                              "(--quantization), e.g. awq or awq_marlin for AWQ repos, "
+                                              "fp8 for FP8 weights.")
+    kv_cache_dtype: KvCacheDtype | None = Field(default=None, description="KV-cache dtype "
+                                                "(--kv-cache-dtype); fp8 halves KV memory per token.")
+    enforce_eager: bool | None = Field(default=None, description="Disable CUDA graphs (--enforce-eager): "
+                                       "less memory and faster start, slower decode.")
+    enable_prefix_caching: bool | None = Field(default=None, description="Reuse KV blocks of shared "
+                                               "prompt prefixes (--enable-prefix-caching).")
+    enable_chunked_prefill: bool | None = Field(default=None, description="Split long prompts across "
+                                                "steps so decodes keep flowing (--enable-chunked-prefill; on "
+                                                "by default in vLLM's V1 engine).")
+    kv_offload_gi_b: float | None = Field(default=None, alias="kvOffloadGiB", ge=0, le=4096,
+                                          description="CPU memory in GiB for offloaded KV blocks "
+                                          "(--kv-offloading-size with the native backend). Replaces the "
+                                          "removed swap_space. Added to the pod's memory request.")
+    cpu_offload_gi_b: float | None = Field(default=None, alias="cpuOffloadGiB", ge=0, le=4096,
+                                           description="GiB of weights kept in CPU memory per GPU "
+                                           "(--cpu-offload-gb): fits bigger models, costs speed.")
+    scheduling_policy: Literal["fcfs", "priority"] | None = Field(default=None, description="Request "
+                                                                  "scheduling (--scheduling-policy); "
+                                                                  "priority honours each request's "
+                                                                  "priority field, e.g. short requests "
+                                                                  "first.")
+    shutdown_timeout_seconds: int = Field(default=30, ge=0, le=3600, description="Seconds vLLM lets "
+                                          "in-flight requests finish after SIGTERM (--shutdown-timeout).")
+    startup_timeout_seconds: int = Field(default=1800, ge=60, le=86400, description="How long the "
+                                         "startup probe waits for the model to download and load.")
+    extra_args: list[Annotated[str, Field(max_length=1024)]] = Field(
+        default_factory=list, max_length=64, description="Extra vLLM flags, appended after the ones typed "
+        "fields produce. Flags that a typed field owns are refused.")
+    env: list[EnvVar] = Field(default_factory=list, max_length=64, description="Extra environment "
+                              "variables for the vLLM container.")
+    # Seed-era knobs that vLLM no longer has: declared so the apiserver can refuse them by name.
+    swap_space: float | None = Field(default=None, description="Removed from vLLM; refused. Use "
+                                     "kvOffloadGiB.")
+    worker_use_ray: bool | None = Field(default=None, description="Removed from vLLM; refused.")
+    max_parallel_requests: int | None = Field(default=None, description="Not a vLLM setting; refused. "
+                                              "Use maxNumSeqs.")

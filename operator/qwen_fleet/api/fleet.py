@@ -1,0 +1,127 @@
+"""``spec.parallelism``, ``gpu``, ``nccl``, ``resources``, ``scheduling``, ``service``: the pods and their GPUs."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from qwen_fleet.api.base import DNS_LABEL, LABEL_VALUE, ApiModel, Quantity, Rule
+from qwen_fleet.api.engine import EnvVar
+
+
+class Parallelism(ApiModel, rules=[Rule(
+    cel="self.tensor * self.pipeline <= 64",
+    check=lambda p: p.tensor * p.pipeline <= 64,
+    message="parallelism.tensor x parallelism.pipeline (GPUs per replica) must be at most 64",
+)]):
+    """How one replica spreads over GPUs. GPUs per replica = tensor x pipeline."""
+
+    tensor: int = Field(default=1, ge=1, le=64, description="Tensor-parallel size "
+                        "(--tensor-parallel-size): GPUs that split every layer. Must divide the model's "
+                        "attention heads; the planner checks.")
+    pipeline: int = Field(default=1, ge=1, le=64, description="Pipeline-parallel size "
+                          "(--pipeline-parallel-size): GPUs that split the layer stack.")
+    nodes: int = Field(default=1, ge=1, le=1, description="Nodes per replica. Reserved for multi-node "
+                       "serving (LeaderWorkerSet); only 1 is accepted today.")
+
+
+class GpuSpec(ApiModel):
+    """The GPU type replicas run on."""
+
+    product: str | None = Field(default=None, max_length=63, pattern=LABEL_VALUE, description="GPU model "
+                                "as NVIDIA GPU feature discovery labels nodes (nvidia.com/gpu.product), "
+                                "e.g. NVIDIA-A10G or NVIDIA-H100-80GB-HBM3. Pods are pinned to it and the "
+                                "planner reads its memory.")
+    resource_name: str = Field(default="nvidia.com/gpu", max_length=253,
+                               pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$",
+                               description="Extended resource that counts GPUs on nodes.")
+    memory_gi_b: float | None = Field(default=None, alias="memoryGiB", gt=0, le=4096,
+                                      description="GPU memory in GiB for planning, when the product is not "
+                                      "in the catalog or to override it.")
+
+
+class NcclPreflight(ApiModel):
+    """An all-reduce check in an init container before vLLM starts (multi-GPU replicas only)."""
+
+    enabled: bool = Field(default=False, description="Run the NCCL all-reduce preflight before serving.")
+    max_small_message_latency_microseconds: float = Field(
+        default=50, gt=0, le=1_000_000, description="Fail when the all-reduce latency of a small message "
+        "(8 B to 64 KiB) exceeds this many microseconds.")
+    min_bus_bandwidth_g_bps: float = Field(
+        default=0, ge=0, le=100_000, alias="minBusBandwidthGBps",
+        description="Fail when the large-message all-reduce bus bandwidth (nccl-tests definition) is below "
+        "this many GB/s; 0 only reports it.")
+
+
+class NcclSpec(ApiModel, rules=[Rule(
+    cel="!has(self.env) || self.env.all(e, e.name.startsWith('NCCL_') || e.name.startsWith('TORCH_NCCL_'))",
+    check=lambda n: all(e.name.startswith(("NCCL_", "TORCH_NCCL_")) for e in n.env),
+    message="nccl.env may only set NCCL_* and TORCH_NCCL_* variables; use engine.env for others",
+)]):
+    """NCCL and torch.distributed settings for multi-GPU replicas (set on every GPU pod)."""
+
+    debug: Literal["VERSION", "WARN", "INFO", "TRACE"] | None = Field(
+        default="WARN", description="NCCL_DEBUG: WARN reports fabric errors; INFO/TRACE for debugging.")
+    ib_disable: bool | None = Field(default=None, description="NCCL_IB_DISABLE: true where the nodes have "
+                                    "no InfiniBand/RoCE (unset lets NCCL detect).")
+    p2p_disable: bool | None = Field(default=None, alias="p2pDisable", description="NCCL_P2P_DISABLE: true only as a "
+                                     "workaround for broken peer-to-peer; it costs bandwidth.")
+    socket_ifname: str | None = Field(default=None, max_length=256, pattern=r"^[^\s]+$",
+                                      description="NCCL_SOCKET_IFNAME: network interface(s) for NCCL's "
+                                      "socket transport, e.g. eth0 or ^lo,docker.")
+    async_error_handling: bool = Field(default=True, description="TORCH_NCCL_ASYNC_ERROR_HANDLING=1: a "
+                                       "hung or failed collective aborts the process so the pod restarts "
+                                       "instead of hanging.")
+    env: list[EnvVar] = Field(default_factory=list, max_length=32,
+                              description="More NCCL_*/TORCH_NCCL_* variables.")
+    preflight: NcclPreflight = Field(default_factory=NcclPreflight,
+                                     description="All-reduce latency and bandwidth check before serving.")
+
+
+class Resources(ApiModel):
+    """CPU and memory of each replica (GPUs come from parallelism)."""
+
+    cpu: Quantity | None = Field(default=None, description="CPU request and limit, e.g. 8.")
+    memory: Quantity | None = Field(default=None, description="Memory request and limit, e.g. 64Gi. The "
+                                    "shared-memory volume and kvOffloadGiB are added on top.")
+    shm_size: Quantity | None = Field(default=None, description="Size of the memory-backed /dev/shm. "
+                                      "Default: 1Gi for one GPU, 4Gi per GPU (at most 32Gi) for tensor "
+                                      "or pipeline parallelism, where workers exchange tensors through it.")
+
+
+class Toleration(ApiModel):
+    """A core Toleration."""
+
+    key: str | None = Field(default=None, max_length=316, description="Taint key; empty with Exists "
+                            "matches all.")
+    operator: Literal["Exists", "Equal"] | None = Field(default=None, description="Exists or Equal.")
+    value: str | None = Field(default=None, max_length=63, description="Taint value for Equal.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect; empty matches all.")
+    toleration_seconds: int | None = Field(default=None, description="How long a NoExecute taint is "
+                                           "tolerated.")
+
+
+class Scheduling(ApiModel):
+    """Where replicas may run, beyond the GPU product."""
+
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Extra node labels to match.")
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=32, description="Extra "
+                                          "tolerations; the nvidia.com/gpu taint is always tolerated.")
+    affinity: dict[str, Any] | None = Field(default=None, description="A core Affinity, passed through.")
+    priority_class_name: str | None = Field(default=None, max_length=253, pattern=DNS_LABEL,
+                                            description="PriorityClass of the pods.")
+    runtime_class_name: str | None = Field(default=None, max_length=253, pattern=DNS_LABEL,
+                                           description="RuntimeClass, e.g. nvidia where the GPU runtime is "
+                                           "not the default.")
+
+
+class ServiceSpec(ApiModel):
+    """The Service in front of the replicas: OpenAI-compatible API and /metrics on one port."""
+
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(default="ClusterIP",
+                                                                   description="Service type.")
+    port: int = Field(default=8000, ge=1, le=65535, description="Port of the Service and of vLLM.")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Annotations for the Service "
+                                        "(e.g. load-balancer settings).")

@@ -1,0 +1,176 @@
+"""The QwenInference resource: spec, status, and the constants that name it."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from qwen_fleet.api.base import ApiModel, Rule
+from qwen_fleet.api.engine import EngineSpec, ModelSpec
+from qwen_fleet.api.fleet import GpuSpec, NcclSpec, Parallelism, Resources, Scheduling, ServiceSpec
+from qwen_fleet.api.scaling import Autoscaling, Monitoring, Rollout
+
+GROUP = "qwenfleet.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "QwenInference"
+PLURAL = "qweninferences"
+SINGULAR = "qweninference"
+SHORT_NAMES = ("qwi",)
+CATEGORIES = ("qwenfleet",)
+# Children are named after the resource plus short suffixes, and the name is a label value and a DNS-1035
+# Service name: 52 leaves room for the longest suffix and for pod-name hashes.
+MAX_NAME_LENGTH = 52
+
+
+class QwenInferenceSpec(ApiModel, rules=[
+    Rule(cel="!(has(self.replicas) && self.autoscaling.enabled)",
+         check=lambda s: not (s.replicas is not None and s.autoscaling.enabled),
+         message="spec.replicas cannot be set while autoscaling is enabled: the HorizontalPodAutoscaler owns "
+                 "the replica count (use autoscaling.minReplicas/maxReplicas)"),
+    Rule(cel="!self.nccl.preflight.enabled || self.parallelism.tensor * self.parallelism.pipeline >= 2",
+         check=lambda s: not s.nccl.preflight.enabled or s.parallelism.tensor * s.parallelism.pipeline >= 2,
+         message="nccl.preflight needs at least 2 GPUs per replica (parallelism.tensor x pipeline >= 2)"),
+]):
+    """Desired state of a vLLM fleet serving one Qwen model."""
+
+    model: ModelSpec = Field(description="The model to serve.")
+    engine: EngineSpec = Field(default_factory=EngineSpec, description="vLLM engine settings.")
+    parallelism: Parallelism = Field(default_factory=Parallelism, description="GPUs per replica.")
+    gpu: GpuSpec = Field(default_factory=GpuSpec, description="GPU type and resource name.")
+    nccl: NcclSpec = Field(default_factory=NcclSpec, description="NCCL environment and preflight check.")
+    resources: Resources = Field(default_factory=Resources, description="CPU, memory and /dev/shm.")
+    scheduling: Scheduling = Field(default_factory=Scheduling, description="Node placement.")
+    service: ServiceSpec = Field(default_factory=ServiceSpec, description="The Service in front.")
+    replicas: int | None = Field(default=None, ge=0, le=1000, description="Replica count without "
+                                 "autoscaling (default 1). Also the scale subresource: kubectl scale qwi.")
+    autoscaling: Autoscaling = Field(default_factory=Autoscaling, description="Queue-depth autoscaling.")
+    monitoring: Monitoring = Field(default_factory=Monitoring, description="ServiceMonitor and alerts.")
+    rollout: Rollout = Field(default_factory=Rollout, description="Rollout and drain.")
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.parallelism.tensor * self.parallelism.pipeline
+
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+class Condition(ApiModel):
+    """A metav1.Condition: Ready, Reconciling, Stalled (kstatus) and more specific ones."""
+
+    type: str = Field(max_length=316, pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9_.-]+$",
+                      description="Condition type, e.g. Ready.")
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    observed_generation: int | None = Field(default=None, ge=0, description="Generation the condition "
+                                            "was computed for.")
+    last_transition_time: str = Field(description="When the status last changed (RFC 3339).",
+                                      json_schema_extra={"format": "date-time"})
+    reason: str = Field(max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+                        description="One-word CamelCase reason.")
+    message: str = Field(default="", max_length=32768, description="Human-readable detail.")
+
+
+class CapacityStatus(ApiModel):
+    """What the planner computed for one replica."""
+
+    source: Literal["catalog", "spec", "unknown"] = Field(description="Where the model facts came from: "
+                                                           "the built-in catalog, the spec, or unknown "
+                                                           "(not planned).")
+    gpu_memory_gi_b: float | None = Field(default=None, alias="gpuMemoryGiB", description="Memory of one "
+                                          "GPU used for planning.")
+    weights_gi_b_per_gpu: float | None = Field(default=None, alias="weightsGiBPerGpu",
+                                               description="Weight memory per GPU.")
+    kv_cache_gi_b_per_gpu: float | None = Field(default=None, alias="kvCacheGiBPerGpu",
+                                                description="Memory left for the KV cache per GPU.")
+    kv_bytes_per_token: int | None = Field(default=None, description="KV-cache bytes per token (all GPUs).")
+    kv_cache_tokens: int | None = Field(default=None, description="Tokens the KV cache holds.")
+    max_model_len: int | None = Field(default=None, description="Sequence length planned for.")
+    max_concurrent_sequences: float | None = Field(default=None, description="Sequences of maxModelLen "
+                                                   "that fit in the KV cache at once.")
+    warnings: list[str] = Field(default_factory=list, description="Planner warnings.")
+
+
+class AutoscalingStatus(ApiModel):
+    """The HorizontalPodAutoscaler's view, mirrored."""
+
+    current_replicas: int | None = Field(default=None, description="Replicas the HPA sees.")
+    desired_replicas: int | None = Field(default=None, description="Replicas the HPA wants.")
+    message: str = Field(default="", description="The HPA's conditions in words.")
+
+
+class NcclStatus(ApiModel):
+    """Latest NCCL preflight result reported by a serving pod."""
+
+    gpus: int | None = Field(default=None, description="GPUs in the all-reduce.")
+    small_message_latency_microseconds: float | None = Field(default=None, description="Worst small-message "
+                                                             "all-reduce latency.")
+    bus_bandwidth_g_bps: float | None = Field(default=None, alias="busBandwidthGBps",
+                                              description="Large-message bus bandwidth (GB/s).")
+    passed: bool | None = Field(default=None, description="Whether the thresholds held.")
+    message: str = Field(default="", description="Result in words.")
+    checked_at: str | None = Field(default=None, description="When the check ran (RFC 3339).")
+    pod: str | None = Field(default=None, description="Pod that ran it.")
+
+
+class QwenInferenceStatus(ApiModel):
+    """Observed state. Conditions follow kstatus: Ready, Reconciling, Stalled."""
+
+    observed_generation: int | None = Field(default=None, description="Generation last applied.")
+    conditions: list[Condition] = Field(default_factory=list, description="Current conditions: Ready, "
+                                        "Reconciling and Stalled (kstatus, as Flux and Argo CD read them), "
+                                        "plus ScalingActive/ScalingLimited mirrored from the autoscaler.",
+                                        json_schema_extra={"x-kubernetes-list-type": "map",
+                                                           "x-kubernetes-list-map-keys": ["type"]})
+    replicas: int | None = Field(default=None, description="Pods of the fleet (scale subresource).")
+    ready_replicas: int | None = Field(default=None, description="Pods ready to serve.")
+    updated_replicas: int | None = Field(default=None, description="Pods on the current spec.")
+    available_replicas: int | None = Field(default=None, description="Pods available (ready for "
+                                           "minReadySeconds).")
+    selector: str | None = Field(default=None, description="Label selector of the pods, for the scale "
+                                 "subresource.")
+    endpoint: str | None = Field(default=None, description="OpenAI-compatible base URL inside the cluster.")
+    gpus_per_replica: int | None = Field(default=None, description="GPUs each replica requests.")
+    capacity: CapacityStatus | None = Field(default=None, description="Planner output.")
+    autoscaling: AutoscalingStatus | None = Field(default=None, description="Autoscaler state.")
+    nccl: NcclStatus | None = Field(default=None, description="NCCL preflight result.")
+
+
+NAME_RULE = Rule(
+    cel=f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
+    check=lambda r: len(r.metadata.get("name", "")) <= MAX_NAME_LENGTH,
+    message=f"metadata.name must be at most {MAX_NAME_LENGTH} characters: child objects and pod names are "
+            "derived from it",
+)
+NAME_FORMAT_RULE = Rule(
+    cel="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+    check=lambda r: _dns1035(r.metadata.get("name", "")),
+    message="metadata.name must start with a letter and contain only lowercase letters, digits and '-' "
+            "(it names the Service)",
+)
+
+
+def _dns1035(name: str) -> bool:
+    import re
+
+    return bool(re.match(r"^[a-z]([-a-z0-9]*[a-z0-9])?$", name))
+
+
+class QwenInference(ApiModel, rules=[NAME_RULE, NAME_FORMAT_RULE]):
+    """A fleet of vLLM servers for one Qwen model, with its Service and autoscaler."""
+
+    api_version: Literal["qwenfleet.io/v1alpha1"] = Field(default=API_VERSION, alias="apiVersion",
+                                                          description="qwenfleet.io/v1alpha1")
+    kind: Literal["QwenInference"] = Field(default=KIND, description="QwenInference")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Standard object metadata.")
+    spec: QwenInferenceSpec = Field(description="Desired state.")
+    status: QwenInferenceStatus | None = Field(default=None, description="Observed state.")
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata.get("name", ""))
+
+    @property
+    def namespace(self) -> str:
+        return str(self.metadata.get("namespace") or "default")

@@ -1,0 +1,167 @@
+"""qwen-fleet: operator | render | plan | crd | dev up/down | run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def dump_yaml(docs: Sequence[Any]) -> str:
+    return yaml.dump_all(docs, Dumper=_NoAliasDumper, sort_keys=False, width=120)
+
+
+def fail(message: str, code: int = 1) -> int:
+    print(f"qwen-fleet: {message}", file=sys.stderr)
+    return code
+
+
+def _load_docs(path: str) -> list[dict[str, Any]]:
+    text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def cmd_crd(args: argparse.Namespace) -> int:
+    from qwen_fleet.api.crd import render_yaml
+
+    text = render_yaml()
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from qwen_fleet.api import KIND, QwenInference
+    from qwen_fleet.config import OperatorConfig
+    from qwen_fleet.plan import make_plan
+    from qwen_fleet.reconcile.controller import validation_message
+    from qwen_fleet.render import ALL_CAPABILITIES, Capabilities, render_children
+
+    try:
+        docs = _load_docs(args.file)
+    except (OSError, yaml.YAMLError) as err:
+        return fail(f"cannot read {args.file}: {err}")
+    caps = Capabilities() if args.no_prometheus_operator else ALL_CAPABILITIES
+    config = OperatorConfig.from_env()
+    out: list[dict[str, Any]] = []
+    errors = 0
+    for doc in docs:
+        if not isinstance(doc, dict) or doc.get("kind") != KIND:
+            continue
+        name = (doc.get("metadata") or {}).get("name", "?")
+        if args.namespace and isinstance(doc.get("metadata"), dict):
+            doc["metadata"].setdefault("namespace", args.namespace)
+        try:
+            cr = QwenInference.model_validate({k: v for k, v in doc.items() if k != "status"})
+        except ValidationError as err:
+            errors += 1
+            print(f"qwen-fleet: {name}: invalid spec: {validation_message(err)}", file=sys.stderr)
+            continue
+        plan = make_plan(cr, config)
+        if plan.problems:
+            errors += 1
+            for p in plan.problems:
+                print(f"qwen-fleet: {name}: Stalled ({p.reason}): {p.message}", file=sys.stderr)
+            continue
+        for warning in plan.warnings:
+            print(f"qwen-fleet: {name}: warning: {warning}", file=sys.stderr)
+        out.extend(render_children(cr, plan, caps))
+    if not out and not errors:
+        return fail(f"no {KIND} found in {args.file}")
+    if out:
+        sys.stdout.write(dump_yaml(out))
+    return 1 if errors else 0
+
+
+def cmd_operator(args: argparse.Namespace) -> int:
+    from qwen_fleet.reconcile.run import run_operator
+
+    return run_operator(verbose=args.verbose)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from qwen_fleet.plan.cli import plan_command
+
+    return plan_command(args)
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    from qwen_fleet.devcluster.cli import dev_command
+
+    return dev_command(args)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from qwen_fleet.devcluster.demo import run_demo
+
+    return run_demo(Path(args.example), keep=not args.once)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="qwen-fleet", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("operator", help="run the operator against the current kubeconfig or in-cluster config")
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.set_defaults(func=cmd_operator)
+
+    p = sub.add_parser("render", help="print the objects the operator would apply for a QwenInference")
+    p.add_argument("-f", "--file", required=True, help="QwenInference YAML (- for stdin)")
+    p.add_argument("-n", "--namespace", default="default", help="namespace when the file names none")
+    p.add_argument("--no-prometheus-operator", action="store_true",
+                   help="render as for a cluster without the ServiceMonitor/PrometheusRule CRDs")
+    p.set_defaults(func=cmd_render)
+
+    p = sub.add_parser("plan", help="print the capacity planner's table for a spec or a model and GPU")
+    p.add_argument("-f", "--file", help="QwenInference YAML")
+    p.add_argument("--model", help="model repo id, e.g. Qwen/Qwen2.5-7B-Instruct")
+    p.add_argument("--gpu", help="GPU product or short name, e.g. NVIDIA-A10G or a10g")
+    p.add_argument("--max-model-len", type=int)
+    p.add_argument("--gpu-memory-utilization", type=float)
+    p.add_argument("--kv-cache-dtype")
+    p.add_argument("--tensor-parallel", type=int, default=1)
+    p.add_argument("--quantization")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("crd", help="print (or write) the generated CustomResourceDefinition")
+    p.add_argument("-o", "--output", help="write to this file instead of stdout")
+    p.set_defaults(func=cmd_crd)
+
+    p = sub.add_parser("dev", help="a local control plane with fake GPU nodes, for people")
+    dev = p.add_subparsers(dest="dev_command", required=True)
+    up = dev.add_parser("up", help="start it and print the kubeconfig path")
+    up.add_argument("--dir", default=".dev/cluster")
+    down = dev.add_parser("down", help="stop it")
+    down.add_argument("--dir", default=".dev/cluster")
+    p.set_defaults(func=cmd_dev)
+
+    p = sub.add_parser("run", help="the demo: local cluster, CRD, operator, an example, its status")
+    p.add_argument("--example", default="examples/qwen3-4b-instruct-a10g.yaml")
+    p.add_argument("--once", action="store_true", help="exit once the example is Ready")
+    p.set_defaults(func=cmd_run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""One level-based, idempotent reconcile of one QwenInference: api -> plan -> render -> apply -> status.
+
+It reads only the latest state (the resource and its children as the watches saw them), writes a child only
+when it differs from what would be applied, deletes children the spec no longer asks for, and patches status
+only when it changed. A second reconcile of an unchanged resource makes no API writes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from qwen_fleet.api import API_VERSION, KIND, QwenInference
+from qwen_fleet.config import OperatorConfig
+from qwen_fleet.plan import Plan, make_plan
+from qwen_fleet.reconcile.drift import drift
+from qwen_fleet.reconcile.kube import KubeClient, KubeError
+from qwen_fleet.reconcile.queue import Key
+from qwen_fleet.reconcile.status import Observed, Outcome, compute_status, status_patch
+from qwen_fleet.reconcile.store import ChildKey, Store, nccl_status
+from qwen_fleet.render import Capabilities, render_children
+from qwen_fleet.render.common import endpoint_url, selector_string
+
+log = logging.getLogger("qwen_fleet.reconcile")
+
+# Kinds the operator may delete when the spec stops asking for them (never the Deployment or Service).
+PRUNABLE = {"HorizontalPodAutoscaler", "PodDisruptionBudget", "ServiceMonitor", "PrometheusRule", "ConfigMap",
+            "PersistentVolumeClaim"}
+_API_VERSIONS = {"HorizontalPodAutoscaler": "autoscaling/v2", "PodDisruptionBudget": "policy/v1",
+                 "ServiceMonitor": "monitoring.coreos.com/v1", "PrometheusRule": "monitoring.coreos.com/v1",
+                 "ConfigMap": "v1", "PersistentVolumeClaim": "v1"}
+
+EmitEvent = Callable[[dict[str, Any], str, str, str], None]  # (resource, type, reason, message)
+
+
+class RetryLater(Exception):
+    """The reconcile hit a transient problem (API unavailable, conflict); the key is retried with backoff."""
+
+
+def validation_message(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors()[:3]:
+        where = ".".join(str(p) for p in e.get("loc", ()))
+        msg = str(e.get("msg", "")).removeprefix("Value error, ")
+        parts.append(f"{where}: {msg}" if where else msg)
+    return "; ".join(parts)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Result:
+    outcome: Outcome
+    applied: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    status_written: bool = False
+
+
+class Controller:
+    def __init__(self, kube: KubeClient, config: OperatorConfig, store: Store,
+                 emit: EmitEvent | None = None) -> None:
+        self.kube = kube
+        self.config = config
+        self.store = store
+        self.emit: EmitEvent = emit or (lambda *_: None)
+        self.capabilities = Capabilities()
+
+    async def refresh_capabilities(self) -> None:
+        self.capabilities = Capabilities(
+            service_monitor=await self.kube.api_exists("monitoring.coreos.com/v1", "servicemonitors"),
+            prometheus_rule=await self.kube.api_exists("monitoring.coreos.com/v1", "prometheusrules"),
+        )
+
+    async def reconcile(self, key: Key) -> Result | None:
+        raw = self.store.resources.get(key)
+        if raw is None or (raw.get("metadata") or {}).get("deletionTimestamp"):
+            return None  # gone or going: garbage collection removes the children
+        generation = int(raw["metadata"].get("generation") or 0)
+        cr: QwenInference | None = None
+        plan: Plan | None = None
+        try:
+            cr = QwenInference.model_validate({"metadata": raw["metadata"], "spec": raw.get("spec") or {}})
+        except ValidationError as err:
+            outcome = Outcome.stalled("InvalidSpec", validation_message(err))
+        else:
+            plan = make_plan(cr, self.config)
+            if plan.problems:
+                outcome = Outcome.stalled(plan.problems[0].reason, " ".join(p.message for p in plan.problems))
+            else:
+                outcome = Outcome.applied()
+        result = Result(outcome)
+        observed = self.store.children(key)
+        if cr is not None and plan is not None and outcome.kind == "applied":
+            try:
+                await self._apply(key, cr, plan, observed, result)
+            except KubeError as err:
+                if err.transient or err.status == 403:
+                    result.outcome = Outcome.retrying(f"{err.status} {err.reason}: {err.message}"[:1000])
+                else:  # the apiserver refused what we rendered: a spec the CRD let through but cannot work
+                    result.outcome = Outcome.stalled("ApplyRejected", err.message[:2000])
+        await self._write_status(key, raw, generation, result, plan, observed, cr)
+        if result.outcome.kind == "retrying":
+            raise RetryLater(result.outcome.message)
+        return result
+
+    async def _apply(self, key: Key, cr: QwenInference, plan: Plan, observed: dict[ChildKey, dict[str, Any]],
+                     result: Result) -> None:
+        desired = render_children(cr, plan, self.capabilities)
+        wanted: set[ChildKey] = set()
+        for obj in desired:
+            ckey = (obj["kind"], obj["metadata"]["name"])
+            wanted.add(ckey)
+            current = observed.get(ckey)
+            changes = None if current is None else drift(obj, current)
+            if current is not None and not changes:
+                continue
+            written = await self.kube.apply(obj)
+            self.store.remember_write(key, written)
+            observed[ckey] = written
+            what = "created" if current is None else "updated " + ", ".join((changes or [])[:3])
+            result.applied.append(f"{obj['kind']}/{ckey[1]} {what}")
+        for ckey, obj in list(observed.items()):
+            if ckey in wanted or ckey[0] not in PRUNABLE:
+                continue
+            meta = obj.get("metadata") or {}
+            await self.kube.delete(_API_VERSIONS[ckey[0]], ckey[0], key[0], ckey[1], meta.get("uid"))
+            del observed[ckey]
+            result.deleted.append(f"{ckey[0]}/{ckey[1]}")
+
+    async def _write_status(self, key: Key, raw: dict[str, Any], generation: int, result: Result,
+                            plan: Plan | None, observed: dict[ChildKey, dict[str, Any]],
+                            cr: QwenInference | None) -> None:
+        pods = self.store.pods(key)
+        view = Observed(deployment=observed.get(("Deployment", key[1])),
+                        hpa=observed.get(("HorizontalPodAutoscaler", key[1])), pods=pods, nccl=nccl_status(pods))
+        old = raw.get("status") or {}
+        new = compute_status(old, generation, result.outcome, plan, view, _now(),
+                             endpoint=endpoint_url(cr) if cr else None, selector=selector_string(cr) if cr else None)
+        patch = status_patch(old, new)
+        if patch is not None:
+            try:
+                updated = await self.kube.patch_status(API_VERSION, KIND, key[0], key[1], patch)
+            except KubeError as err:
+                if err.status == 404:
+                    return  # deleted meanwhile
+                raise RetryLater(f"status update failed: {err}") from None
+            self.store.put_resource(key, updated)
+            result.status_written = True
+        self._events(raw, old, new, result)
+
+    def _events(self, raw: dict[str, Any], old: dict[str, Any], new: dict[str, Any], result: Result) -> None:
+        if result.applied:
+            self.emit(raw, "Normal", "Applied", "; ".join(result.applied)[:1000])
+        if result.deleted:
+            self.emit(raw, "Normal", "Deleted", "no longer wanted: " + ", ".join(result.deleted))
+        before = {c["type"]: c for c in old.get("conditions") or []}
+        for cond in new.get("conditions") or []:
+            prev = before.get(cond["type"])
+            if prev is not None and prev.get("status") == cond["status"] and prev.get("reason") == cond["reason"]:
+                continue
+            if cond["type"] == "Stalled" and cond["status"] == "True":
+                self.emit(raw, "Warning", cond["reason"], cond["message"])
+            elif cond["type"] == "Ready" and cond["status"] == "True":
+                self.emit(raw, "Normal", "Ready", cond["message"])
+            elif cond["type"] == "Ready" and prev is not None and prev.get("status") == "True":
+                self.emit(raw, "Warning", "NotReady", f"{cond['reason']}: {cond['message']}")
+            elif cond["type"] in ("ScalingActive", "ScalingLimited") and prev is not None:
+                self.emit(raw, "Normal", f"{cond['type']}{cond['status']}", cond["message"])
+

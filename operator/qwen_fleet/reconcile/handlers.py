@@ -1,0 +1,203 @@
+"""kopf glue: watches feed a work queue; workers run the controller. No logic lives here.
+
+Triggers (all of them only enqueue the resource's key):
+- every watch event of a QwenInference: the initial listing after a (re)start, creation, any change;
+- every watch event of a child (Deployment, Service, HPA, PDB, ConfigMap, PVC, ServiceMonitor,
+  PrometheusRule) or of a fleet pod: a deleted or hand-edited child is restored at once;
+- a resync timer over all resources (level-based safety net; also picks up newly installed optional CRDs).
+Only low-level kopf handlers are used (event handlers and indexes), so kopf itself writes nothing to the
+resources: no finalizers, no progress annotations. Deletion is left to ownerReference garbage collection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import kopf
+
+from qwen_fleet.api import GROUP, KIND, PLURAL, VERSION
+from qwen_fleet.config import MANAGED_BY, OperatorConfig
+from qwen_fleet.reconcile import metrics
+from qwen_fleet.reconcile.controller import Controller, RetryLater
+from qwen_fleet.reconcile.kube import KubeClient
+from qwen_fleet.reconcile.queue import Key, WorkQueue
+from qwen_fleet.reconcile.store import Store, compact_child, instance_key, owner_key, pod_summary
+from qwen_fleet.render.common import INSTANCE_LABEL, MANAGED_BY_LABEL
+
+log = logging.getLogger("qwen_fleet.operator")
+
+CHILD_RESOURCES = (
+    ("apps", "v1", "deployments"),
+    ("", "v1", "services"),
+    ("autoscaling", "v2", "horizontalpodautoscalers"),
+    ("policy", "v1", "poddisruptionbudgets"),
+    ("", "v1", "configmaps"),
+    ("", "v1", "persistentvolumeclaims"),
+    ("monitoring.coreos.com", "v1", "servicemonitors"),
+    ("monitoring.coreos.com", "v1", "prometheusrules"),
+)
+MANAGED = {MANAGED_BY_LABEL: MANAGED_BY}
+
+
+class Runtime:
+    """State of one operator process, created at startup."""
+
+    def __init__(self) -> None:
+        self.config = OperatorConfig.from_env()
+        self.store = Store()
+        self.queue = WorkQueue()
+        self.kube: KubeClient | None = None
+        self.controller: Controller | None = None
+        self.tasks: list[asyncio.Task[None]] = []
+
+
+RUNTIME = Runtime()
+
+
+def _resource_key(body: Any) -> Key:
+    return (str(body["metadata"].get("namespace") or ""), str(body["metadata"]["name"]))
+
+
+# --- startup and shutdown -----------------------------------------------------------------------------------
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, indices: Any, **_: Any) -> None:
+    """Every kopf setting in one place."""
+    cfg = RUNTIME.config
+    # Only our explicit Events reach the cluster; kopf's per-object log lines stay in the log.
+    settings.posting.level = logging.WARNING
+    settings.posting.loggers = False
+    # Own prefixes, in case a cause handler is ever added: never clash with other kopf operators.
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP, key="last-handled")
+    settings.networking.request_timeout = 60
+    settings.networking.connect_timeout = 10
+    settings.watching.connect_timeout = 10
+    settings.watching.server_timeout = 600  # periodic relists bound any missed event
+    settings.execution.max_workers = cfg.workers
+    settings.queueing.worker_limit = None  # per-object workers are cheap coroutines
+    RUNTIME.store.children_indexes = [indices[f"children_{plural}"] for _, _, plural in CHILD_RESOURCES]
+    RUNTIME.store.pods_index = indices["pods_index"]
+    RUNTIME.kube = KubeClient.from_environment(workers=cfg.workers)
+    RUNTIME.controller = Controller(RUNTIME.kube, cfg, RUNTIME.store, emit=_emit)
+    await RUNTIME.controller.refresh_capabilities()
+    metrics.start(cfg.metrics_port, RUNTIME)
+    for i in range(cfg.workers):
+        RUNTIME.tasks.append(asyncio.create_task(_worker(i), name=f"qwen-fleet-worker-{i}"))
+    RUNTIME.tasks.append(asyncio.create_task(_resync(), name="qwen-fleet-resync"))
+    log.info("qwen-fleet operator started: %d workers, resync every %ds, capabilities %s", cfg.workers,
+             cfg.resync_seconds, RUNTIME.controller.capabilities)
+
+
+@kopf.on.cleanup()
+async def shutdown(**_: Any) -> None:
+    for task in RUNTIME.tasks:
+        task.cancel()
+    await asyncio.gather(*RUNTIME.tasks, return_exceptions=True)
+    if RUNTIME.kube is not None:
+        RUNTIME.kube.close()
+
+
+@kopf.on.probe(id="queue")
+def queue_depth(**_: Any) -> int:
+    return len(RUNTIME.queue)
+
+
+def _emit(resource: dict[str, Any], type_: str, reason: str, message: str) -> None:
+    ref = {"apiVersion": resource.get("apiVersion", f"{GROUP}/{VERSION}"), "kind": resource.get("kind", KIND),
+           "metadata": resource.get("metadata", {})}
+    try:
+        kopf.event(ref, type=type_, reason=reason, message=message)
+    except LookupError:  # outside kopf's context (tests driving the controller directly)
+        log.info("event %s %s: %s", type_, reason, message)
+
+
+# --- watches -----------------------------------------------------------------------------------------------
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def resource_event(event: dict[str, Any], **_: Any) -> None:
+    body = event.get("object") or {}
+    if not body.get("metadata"):
+        return
+    key = _resource_key(body)
+    if event.get("type") == "DELETED":
+        RUNTIME.store.resources.pop(key, None)
+        metrics.forget(key)
+        return
+    RUNTIME.store.put_resource(key, body)
+    RUNTIME.queue.add(key)
+
+
+def _index_child(body: Any) -> dict[Key, str] | None:
+    owner = owner_key(body)
+    return {owner: compact_child(body)} if owner else None
+
+
+def _child_event(event: dict[str, Any], **_: Any) -> None:
+    body = event.get("object") or {}
+    owner = owner_key(body)
+    if owner is None:
+        return
+    RUNTIME.store.child_event(owner, body, deleted=event.get("type") == "DELETED")
+    if owner in RUNTIME.store.resources:
+        RUNTIME.queue.add(owner)
+
+
+for _group, _version, _plural in CHILD_RESOURCES:
+    kopf.on.event(_group, _version, _plural, labels=MANAGED, id=f"watch_{_plural}")(_child_event)
+    kopf.index(_group, _version, _plural, labels=MANAGED, id=f"children_{_plural}")(_index_child)
+
+
+@kopf.index("", "v1", "pods", labels={INSTANCE_LABEL: kopf.PRESENT}, id="pods_index")
+def _pods(body: Any, **_: Any) -> dict[Key, dict[str, Any]] | None:
+    key = instance_key(body)
+    return {key: pod_summary(body)} if key else None
+
+
+@kopf.on.event("", "v1", "pods", labels={INSTANCE_LABEL: kopf.PRESENT})
+def pod_event(event: dict[str, Any], **_: Any) -> None:
+    key = instance_key(event.get("object") or {})
+    if key is not None and key in RUNTIME.store.resources:
+        RUNTIME.queue.add(key)
+
+
+# --- workers ----------------------------------------------------------------------------------------------
+
+async def _worker(index: int) -> None:
+    assert RUNTIME.controller is not None
+    controller, queue = RUNTIME.controller, RUNTIME.queue
+    while True:
+        key = await queue.get()
+        started = asyncio.get_running_loop().time()
+        try:
+            result = await controller.reconcile(key)
+        except RetryLater as err:
+            delay = queue.retry(key)
+            metrics.observe(key, "retry", started, None)
+            log.warning("%s/%s: %s; retrying in %.0fs", key[0], key[1], err, delay)
+        except Exception as err:  # a bug: log it once with context, back off, keep the other workers going
+            delay = queue.retry(key)
+            metrics.observe(key, "error", started, None)
+            log.exception("%s/%s: reconcile failed (%s); retrying in %.0fs", key[0], key[1], err, delay)
+        else:
+            queue.forget(key)
+            metrics.observe(key, None, started, result)
+            if result is not None and (result.applied or result.deleted):
+                log.info("%s/%s: %s", key[0], key[1], "; ".join(result.applied + result.deleted))
+        finally:
+            queue.done(key)
+
+
+async def _resync() -> None:
+    assert RUNTIME.controller is not None
+    while True:
+        await asyncio.sleep(RUNTIME.config.resync_seconds)
+        try:
+            await RUNTIME.controller.refresh_capabilities()
+        except Exception as err:
+            log.warning("capability check failed: %s", err)
+        for key in list(RUNTIME.store.resources):
+            RUNTIME.queue.add(key)

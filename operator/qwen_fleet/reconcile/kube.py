@@ -1,0 +1,159 @@
+"""The operator's only writer to the Kubernetes API: server-side apply with one field manager, status patches,
+deletes. Raw JSON over the official client's connection pool (no model (de)serialisation), in a thread pool
+sized to the reconcile workers so the event loop never blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+from qwen_fleet.config import FIELD_MANAGER
+
+# apiVersion/kind -> plural, for every kind the operator reads or writes.
+PLURALS: dict[tuple[str, str], str] = {
+    ("v1", "ConfigMap"): "configmaps",
+    ("v1", "Service"): "services",
+    ("v1", "PersistentVolumeClaim"): "persistentvolumeclaims",
+    ("v1", "Event"): "events",
+    ("apps/v1", "Deployment"): "deployments",
+    ("autoscaling/v2", "HorizontalPodAutoscaler"): "horizontalpodautoscalers",
+    ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitors",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrules",
+    ("qwenfleet.io/v1alpha1", "QwenInference"): "qweninferences",
+}
+
+
+class KubeError(Exception):
+    """An API call failed. ``transient`` errors are retried with backoff; others need a spec change."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+    @property
+    def transient(self) -> bool:
+        return self.status in (0, 408, 409, 429) or self.status >= 500
+
+
+def _error(status: int, body: bytes | str | None) -> KubeError:
+    text = body.decode(errors="replace") if isinstance(body, bytes) else (body or "")
+    try:
+        parsed = json.loads(text)
+        return KubeError(status, str(parsed.get("reason", "")), str(parsed.get("message", text)))
+    except ValueError:
+        return KubeError(status, "", text.strip()[:500])
+
+
+def object_path(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
+    plural = PLURALS[(api_version, kind)]
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    if namespace:
+        base += f"/namespaces/{namespace}"
+    base += f"/{plural}"
+    return f"{base}/{name}" if name else base
+
+
+class KubeClient:
+    def __init__(self, api: k8s_client.ApiClient, workers: int = 8, timeout: float = 30.0) -> None:
+        self.api = api
+        self.timeout = timeout
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="qwen-fleet-api")
+        self.writes: Counter[str] = Counter()  # verb -> count, for metrics and the zero-writes proof
+
+    @classmethod
+    def from_environment(cls, workers: int = 8) -> KubeClient:
+        configuration = k8s_client.Configuration()
+        try:
+            k8s_config.load_incluster_config(client_configuration=configuration)
+        except k8s_config.ConfigException:
+            k8s_config.load_kube_config(client_configuration=configuration)
+        configuration.connection_pool_maxsize = max(workers, 4)
+        return cls(k8s_client.ApiClient(configuration), workers=workers)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.api.close()
+
+    # --- raw requests ---------------------------------------------------------------------------------
+
+    def _request_sync(self, method: str, path: str, query: Mapping[str, str] | None = None, body: Any = None,
+                      content_type: str | None = None) -> Any:
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        try:
+            m, url, hdrs, data, _ = self.api.param_serialize(
+                method=method, resource_path=path, query_params=list((query or {}).items()),
+                header_params=headers, body=body, auth_settings=["BearerToken"])
+            resp = self.api.call_api(m, url, header_params=hdrs, body=data, _request_timeout=self.timeout)
+            raw = resp.read()
+        except ApiException as exc:
+            raise _error(exc.status or 0, exc.body) from None
+        except (OSError, ValueError) as exc:  # connection refused/reset, TLS, timeouts (urllib3 errors)
+            raise KubeError(0, "ConnectionError", str(exc).splitlines()[0][:300]) from None
+        except Exception as exc:  # urllib3's MaxRetryError and friends derive from Exception
+            raise KubeError(0, type(exc).__name__, str(exc).splitlines()[0][:300] if str(exc) else "") from None
+        if resp.status >= 400:
+            raise _error(resp.status, raw)
+        return json.loads(raw) if raw else None
+
+    async def request(self, method: str, path: str, query: Mapping[str, str] | None = None, body: Any = None,
+                      content_type: str | None = None) -> Any:
+        if method != "GET":
+            self.writes[method] += 1
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, lambda: self._request_sync(method, path, query, body,
+                                                                                  content_type))
+
+    # --- verbs ----------------------------------------------------------------------------------------
+
+    async def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Server-side apply: we own exactly the fields we send; force takes back fields others changed."""
+        meta = obj["metadata"]
+        path = object_path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
+        result: dict[str, Any] = await self.request(
+            "PATCH", path, {"fieldManager": FIELD_MANAGER, "force": "true"}, body=dict(obj),
+            content_type="application/apply-patch+yaml")
+        return result
+
+    async def patch_status(self, api_version: str, kind: str, namespace: str, name: str,
+                           status: Mapping[str, Any]) -> dict[str, Any]:
+        path = object_path(api_version, kind, namespace, name) + "/status"
+        result: dict[str, Any] = await self.request("PATCH", path, body={"status": dict(status)},
+                                                    content_type="application/merge-patch+json")
+        return result
+
+    async def delete(self, api_version: str, kind: str, namespace: str, name: str, uid: str | None) -> None:
+        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        if uid:  # never delete a newer object that took the same name
+            body["preconditions"] = {"uid": uid}
+        try:
+            await self.request("DELETE", object_path(api_version, kind, namespace, name), body=body)
+        except KubeError as err:
+            if err.status != 404:
+                raise
+
+    async def get(self, path: str) -> Any:
+        return await self.request("GET", path)
+
+    async def api_exists(self, group_version: str, plural: str) -> bool:
+        """Whether the cluster serves a resource (optional CRDs such as ServiceMonitor)."""
+        try:
+            found = await self.get(f"/apis/{group_version}")
+        except KubeError as err:
+            if err.status in (403, 404, 503):
+                return False
+            raise
+        return any(r.get("name") == plural for r in (found or {}).get("resources", []))

@@ -1,0 +1,88 @@
+"""Operator metrics (prometheus-client, own port): reconciles by result, their duration, managed objects,
+API writes, queue depth, and per-resource Ready/Stalled gauges that the chart's alerts use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from qwen_fleet.reconcile.controller import Result
+    from qwen_fleet.reconcile.handlers import Runtime
+    from qwen_fleet.reconcile.queue import Key
+
+RECONCILES = Counter("qwen_fleet_reconcile", "Reconciles by result", ["result"])
+DURATION = Histogram("qwen_fleet_reconcile_duration_seconds", "Reconcile duration",
+                     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+READY = Gauge("qwen_fleet_inference_ready", "1 when the QwenInference is Ready", ["namespace", "name"])
+STALLED = Gauge("qwen_fleet_inference_stalled", "1 when the QwenInference is Stalled", ["namespace", "name"])
+
+
+def _result_label(result: Result | None) -> str:
+    if result is None:
+        return "skipped"
+    if result.outcome.kind == "stalled":
+        return "stalled"
+    return "applied" if (result.applied or result.deleted) else "unchanged"
+
+
+def observe(key: Key, failure: str | None, started: float, result: Result | None) -> None:
+    DURATION.observe(asyncio.get_running_loop().time() - started)
+    RECONCILES.labels(failure or _result_label(result)).inc()
+    if result is not None:
+        READY.labels(*key).set(0 if result.outcome.kind != "applied" else _ready(key))
+        STALLED.labels(*key).set(1 if result.outcome.kind == "stalled" else 0)
+
+
+def _ready(key: Key) -> int:
+    from qwen_fleet.reconcile.handlers import RUNTIME
+
+    raw = RUNTIME.store.resources.get(key) or {}
+    conds = (raw.get("status") or {}).get("conditions") or []
+    return int(any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds))
+
+
+def forget(key: Key) -> None:
+    for gauge in (READY, STALLED):
+        try:
+            gauge.remove(*key)
+        except KeyError:
+            pass
+
+
+class _RuntimeCollector(Collector):
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    def collect(self) -> Iterator[Any]:
+        rt = self.runtime
+        managed = GaugeMetricFamily("qwen_fleet_managed_objects", "Objects the operator manages", labels=["kind"])
+        managed.add_metric(["QwenInference"], len(rt.store.resources))
+        children = sum(len(list(v)) for index in rt.store.children_indexes for v in index.values())
+        managed.add_metric(["child"], children)
+        yield managed
+        yield GaugeMetricFamily("qwen_fleet_queue_depth", "Keys waiting for a worker", value=len(rt.queue))
+        writes = CounterMetricFamily("qwen_fleet_api_writes", "API write requests", labels=["verb"])
+        if rt.kube is not None:
+            for verb, count in sorted(rt.kube.writes.items()):
+                writes.add_metric([verb], count)
+        yield writes
+
+
+_started = False
+
+
+def start(port: int, runtime: Runtime) -> None:
+    global _started
+    if _started or port <= 0:
+        return
+    REGISTRY.register(_RuntimeCollector(runtime))
+    start_http_server(port)
+    _started = True

@@ -1,0 +1,92 @@
+"""Start the operator: check what it needs first and say in one line what is missing, then run kopf."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import kopf
+
+from qwen_fleet.api import GROUP, PLURAL, VERSION
+from qwen_fleet.config import OperatorConfig
+
+# (verb, group, resource, subresource): what the operator cannot work without.
+REQUIRED = (
+    ("watch", GROUP, PLURAL, ""),
+    ("patch", GROUP, PLURAL, "status"),
+    ("watch", "apps", "deployments", ""),
+    ("patch", "apps", "deployments", ""),
+    ("patch", "", "services", ""),
+    ("patch", "autoscaling", "horizontalpodautoscalers", ""),
+    ("delete", "autoscaling", "horizontalpodautoscalers", ""),
+    ("patch", "policy", "poddisruptionbudgets", ""),
+    ("patch", "", "configmaps", ""),
+    ("watch", "", "pods", ""),
+    ("create", "", "events", ""),
+)
+
+
+def preflight(config: OperatorConfig) -> str | None:
+    """None when the operator can run; otherwise one line saying what is wrong."""
+    from kubernetes.config import ConfigException
+
+    from qwen_fleet.reconcile.kube import KubeClient, KubeError
+
+    try:
+        kube = KubeClient.from_environment(workers=1)
+    except (ConfigException, OSError, ValueError, TypeError, AttributeError) as err:
+        detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+        where = os.environ.get("KUBECONFIG", "~/.kube/config")
+        return f"cannot load Kubernetes credentials from {where} (or in-cluster): {detail}"
+    try:
+        try:
+            kube._request_sync("GET", "/version")
+        except KubeError as err:
+            return f"cannot reach the Kubernetes API at {kube.api.configuration.host}: {err.message or err.reason}"
+        try:
+            kube._request_sync("GET", f"/apis/{GROUP}/{VERSION}")
+        except KubeError as err:
+            if err.status == 404:
+                return (f"the QwenInference CRD ({PLURAL}.{GROUP}) is not installed: kubectl apply -f "
+                        "crds/qwenfleet.io_qweninferences.yaml, or helm install the chart")
+            return f"cannot read the {GROUP} API: {err}"
+        missing = []
+        namespace = config.namespaces[0] if config.namespaces else ""
+        for verb, group, resource, sub in REQUIRED:
+            review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": {
+                "resourceAttributes": {"verb": verb, "group": group, "resource": resource, "subresource": sub,
+                                       "namespace": namespace}}}
+            answer = kube._request_sync("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                                        body=review)
+            if not (answer or {}).get("status", {}).get("allowed"):
+                name = f"{resource}{'/' + sub if sub else ''}{'.' + group if group else ''}"
+                missing.append(f"{verb} {name}")
+        if missing:
+            return "missing RBAC permissions: " + ", ".join(missing) + " (the chart's ClusterRole grants them)"
+        return None
+    except KubeError as err:
+        return f"Kubernetes API error during startup checks: {err}"
+    finally:
+        kube.close()
+
+
+def run_operator(verbose: bool = False) -> int:
+    config = OperatorConfig.from_env()
+    logging.basicConfig(level=logging.DEBUG if verbose else getattr(logging, config.log_level, logging.INFO),
+                        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s", stream=sys.stderr)
+    for noisy in ("kubernetes", "urllib3", "aiohttp"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    problem = preflight(config)
+    if problem:
+        print(f"qwen-fleet: {problem}", file=sys.stderr)
+        return 2
+    import qwen_fleet.reconcile.handlers  # noqa: F401  (registers the handlers)
+
+    kopf.run(
+        standalone=True,
+        clusterwide=not config.namespaces,
+        namespaces=list(config.namespaces),
+        liveness_endpoint=f"http://0.0.0.0:{config.liveness_port}/healthz" if config.liveness_port > 0 else None,
+    )
+    return 0

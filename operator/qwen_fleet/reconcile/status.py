@@ -1,0 +1,183 @@
+"""Status from what was decided and what is observed. Pure.
+
+Conditions follow kstatus, so ``kubectl wait --for=condition=Ready``, Flux and Argo CD understand them:
+- ``Ready``: the fleet serves the current spec (all desired replicas updated and available).
+- ``Reconciling``: work is under way (creating, rolling out, pods pending, retrying an API error).
+- ``Stalled``: it will not get there without a change (invalid spec, model does not fit, rollout deadline).
+``lastTransitionTime`` moves only when a condition's status flips, so a steady fleet produces an identical
+status and the operator writes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from qwen_fleet.plan import Plan
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the reconcile did with the spec: applied it, refused it (stalled), or failed transiently."""
+
+    kind: str  # "applied" | "stalled" | "retrying"
+    reason: str = ""
+    message: str = ""
+
+    @classmethod
+    def applied(cls) -> Outcome:
+        return cls("applied")
+
+    @classmethod
+    def stalled(cls, reason: str, message: str) -> Outcome:
+        return cls("stalled", reason, message)
+
+    @classmethod
+    def retrying(cls, message: str) -> Outcome:
+        return cls("retrying", "Retrying", message)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Children as the watches last saw them (dicts as the API returns them)."""
+
+    deployment: dict[str, Any] | None = None
+    hpa: dict[str, Any] | None = None
+    pods: tuple[dict[str, Any], ...] = ()  # summaries, see reconcile.store.pod_summary
+    nccl: dict[str, Any] | None = None  # status.nccl from the newest preflight report
+
+
+def condition(old: list[dict[str, Any]], type_: str, status: str, reason: str, message: str, generation: int,
+              now: str) -> dict[str, Any]:
+    previous = next((c for c in old if c.get("type") == type_), None)
+    changed = previous is None or previous.get("status") != status
+    return {
+        "type": type_,
+        "status": status,
+        "observedGeneration": generation,
+        "lastTransitionTime": now if changed else previous.get("lastTransitionTime", now),  # type: ignore[union-attr]
+        "reason": reason,
+        "message": message[:32768],
+    }
+
+
+def _int(obj: dict[str, Any] | None, *path: str) -> int:
+    cur: Any = obj
+    for key in path:
+        cur = (cur or {}).get(key)
+    return int(cur or 0)
+
+
+def _rollout(plan: Plan, dep: dict[str, Any] | None, pods: tuple[dict[str, Any], ...]) -> tuple[str, str, str]:
+    """(state, reason, message) of the Deployment: state is ready, progressing or stalled."""
+    if dep is None:
+        return "progressing", "Creating", "Creating the Deployment"
+    desired = plan.replicas if plan.replicas is not None else _int(dep, "spec", "replicas")
+    st = dep.get("status") or {}
+    for cond in st.get("conditions") or []:
+        if cond.get("type") == "Progressing" and cond.get("reason") == "ProgressDeadlineExceeded":
+            return "stalled", "ProgressDeadlineExceeded", str(cond.get("message", ""))
+    current_gen = _int(dep, "metadata", "generation")
+    seen_gen = int(st.get("observedGeneration") or 0)
+    updated, ready = int(st.get("updatedReplicas") or 0), int(st.get("readyReplicas") or 0)
+    available, total = int(st.get("availableReplicas") or 0), int(st.get("replicas") or 0)
+    if seen_gen >= current_gen and updated >= desired and available >= desired and total == desired \
+            and ready >= desired:
+        what = "scaled to zero" if desired == 0 else f"{ready}/{desired} replicas ready"
+        return "ready", "Ready" if desired else "ScaledToZero", what
+    for pod in pods:
+        if pod.get("preflightFailed"):
+            return "progressing", "NCCLPreflightFailed", f"pod {pod['name']}: {pod.get('preflightMessage', '')}"
+    for pod in pods:
+        if pod.get("unschedulable"):
+            return "progressing", "PodsPending", f"pod {pod['name']} cannot be scheduled: {pod['unschedulable']}"
+    for pod in pods:
+        if pod.get("waitingReason") in ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull",
+                                        "CreateContainerConfigError"):
+            return "progressing", str(pod["waitingReason"]), f"pod {pod['name']}: {pod.get('waitingMessage', '')}"
+    return "progressing", "RollingOut", (f"{updated}/{desired} replicas updated, {ready}/{desired} ready, "
+                                          f"{available}/{desired} available")
+
+
+def _scaling(hpa: dict[str, Any] | None, old: list[dict[str, Any]], generation: int,
+             now: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    if hpa is None:
+        return [], None
+    st = hpa.get("status") or {}
+    conds = {c.get("type"): c for c in st.get("conditions") or []}
+    mirrored = []
+    words = []
+    for type_ in ("ScalingActive", "ScalingLimited"):
+        c = conds.get(type_)
+        if c is None:
+            continue
+        mirrored.append(condition(old, type_, str(c.get("status", "Unknown")), str(c.get("reason") or "Unknown"),
+                                  str(c.get("message", "")), generation, now))
+        words.append(f"{type_}={c.get('status')} ({c.get('reason')}): {c.get('message', '')}")
+    summary = {"currentReplicas": st.get("currentReplicas"), "desiredReplicas": st.get("desiredReplicas"),
+               "message": "; ".join(words)}
+    return mirrored, {k: v for k, v in summary.items() if v is not None}
+
+
+def compute_status(old_status: dict[str, Any] | None, generation: int, outcome: Outcome, plan: Plan | None,
+                   observed: Observed, now: str, endpoint: str | None = None,
+                   selector: str | None = None) -> dict[str, Any]:
+    old_status = old_status or {}
+    old = list(old_status.get("conditions") or [])
+    status: dict[str, Any] = {}
+    if outcome.kind == "stalled":
+        status["observedGeneration"] = generation  # acted on: refused. kstatus then reports Failed.
+        conds = [condition(old, "Ready", "False", outcome.reason, outcome.message, generation, now),
+                 condition(old, "Reconciling", "False", outcome.reason, "Waiting for a spec change", generation,
+                           now),
+                 condition(old, "Stalled", "True", outcome.reason, outcome.message, generation, now)]
+    else:
+        if outcome.kind == "applied":
+            status["observedGeneration"] = generation
+        elif "observedGeneration" in old_status:
+            status["observedGeneration"] = old_status["observedGeneration"]
+        state, reason, message = _rollout(plan, observed.deployment, observed.pods) if plan else (
+            "progressing", "Pending", "")
+        if state == "stalled":
+            conds = [condition(old, "Ready", "False", reason, message, generation, now),
+                     condition(old, "Reconciling", "False", reason, "Waiting for a spec change", generation, now),
+                     condition(old, "Stalled", "True", reason, message, generation, now)]
+        else:
+            ready = state == "ready" and outcome.kind == "applied"
+            if outcome.kind == "retrying":
+                reason, message = outcome.reason, outcome.message
+            conds = [condition(old, "Ready", "True" if ready else "False", reason, message, generation, now),
+                     condition(old, "Reconciling", "False" if ready else "True", reason,
+                               message if not ready else "Up to date", generation, now),
+                     condition(old, "Stalled", "False", "Progressing" if not ready else reason, "", generation,
+                               now)]
+    scaling, autoscaling = _scaling(observed.hpa, old, generation, now)
+    status["conditions"] = conds + scaling
+    dep_status = (observed.deployment or {}).get("status") or {}
+    for key in ("replicas", "readyReplicas", "updatedReplicas", "availableReplicas"):
+        status[key] = int(dep_status.get(key) or 0)
+    if selector:
+        status["selector"] = selector
+    if endpoint:
+        status["endpoint"] = endpoint
+    if plan is not None:
+        status["gpusPerReplica"] = plan.gpus_per_replica
+        if plan.capacity is not None:
+            status["capacity"] = plan.capacity.model_dump(by_alias=True, exclude_none=True, mode="json")
+    if autoscaling:
+        status["autoscaling"] = autoscaling
+    if observed.nccl:
+        status["nccl"] = observed.nccl
+    return status
+
+
+def status_patch(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any] | None:
+    """A merge patch from old to new status, or None when they are equal (no write)."""
+    old = old or {}
+    if old == new:
+        return None
+    patch = dict(new)
+    for key in old:
+        if key not in new:
+            patch[key] = None
+    return patch

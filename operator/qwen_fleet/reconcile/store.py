@@ -1,0 +1,133 @@
+"""What the watches have seen: the resources, their children and their pods, kept compact in memory.
+
+Children and pods come from kopf indexes, which kopf fills completely before any handler runs: after a
+restart the first reconcile already sees every existing child, so an unchanged fleet causes no writes.
+Children are stored as compact JSON (managedFields dropped) to keep the operator small at fleet scale.
+Objects the operator itself just wrote are kept too, until the watch catches up, so a reconcile that runs
+between a write and its watch event does not write again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from qwen_fleet.api import API_VERSION, KIND
+from qwen_fleet.preflight.report import parse_report, to_status
+from qwen_fleet.reconcile.queue import Key
+from qwen_fleet.render.common import INSTANCE_LABEL
+from qwen_fleet.render.deployment import CONTAINER_NAME, PREFLIGHT_CONTAINER
+
+ChildKey = tuple[str, str]  # (kind, name)
+
+
+def owner_key(body: Mapping[str, Any]) -> Key | None:
+    """The QwenInference that controls this child, from its ownerReferences."""
+    meta = body.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") == KIND and ref.get("apiVersion") == API_VERSION and ref.get("controller"):
+            return (str(meta.get("namespace") or ""), str(ref.get("name")))
+    return None
+
+
+def compact_child(body: Mapping[str, Any]) -> str:
+    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
+    return json.dumps({**{k: v for k, v in body.items() if k != "metadata"}, "metadata": meta},
+                      separators=(",", ":"), default=dict)
+
+
+def _rv(obj: Mapping[str, Any]) -> int:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+def pod_summary(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What status needs to know about one pod: scheduling trouble, crash loops, the preflight report."""
+    meta, st = body.get("metadata") or {}, body.get("status") or {}
+    out: dict[str, Any] = {"name": meta.get("name"), "phase": st.get("phase")}
+    for cond in st.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            out["unschedulable"] = cond.get("message") or cond.get("reason")
+    for cs in st.get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting")
+        if cs.get("name") == CONTAINER_NAME and waiting:
+            out["waitingReason"], out["waitingMessage"] = waiting.get("reason"), waiting.get("message", "")
+    for cs in st.get("initContainerStatuses") or []:
+        if cs.get("name") != PREFLIGHT_CONTAINER:
+            continue
+        term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+        if term:
+            out["preflightReport"] = term.get("message") or ""
+            out["preflightFailed"] = term.get("exitCode", 0) != 0
+            report = parse_report(out["preflightReport"])
+            out["preflightMessage"] = report.message if report else f"exit code {term.get('exitCode')}"
+    return out
+
+
+def nccl_status(pods: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """status.nccl from the newest preflight report among the fleet's pods."""
+    best: dict[str, Any] | None = None
+    for pod in pods:
+        report = parse_report(pod.get("preflightReport") or "")
+        if report is None:
+            continue
+        status = {**to_status(report), "pod": pod.get("name")}
+        if best is None or str(status.get("checkedAt", "")) > str(best.get("checkedAt", "")):
+            best = status
+    return best
+
+
+@dataclass
+class Store:
+    resources: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    children_indexes: list[Mapping[Key, Iterable[str]]] = field(default_factory=list)  # owner -> children
+    pods_index: Mapping[Key, Iterable[dict[str, Any]]] | None = None  # kopf index: owner -> pod summaries
+    written: dict[Key, dict[ChildKey, dict[str, Any]]] = field(default_factory=dict)
+
+    def put_resource(self, key: Key, body: dict[str, Any]) -> None:
+        current = self.resources.get(key)
+        if current is None or _rv(body) >= _rv(current):
+            self.resources[key] = body
+
+    def children(self, key: Key) -> dict[ChildKey, dict[str, Any]]:
+        out: dict[ChildKey, dict[str, Any]] = {}
+        for index in self.children_indexes:
+            for raw in index.get(key, ()):
+                obj = json.loads(raw)
+                out[(obj["kind"], obj["metadata"]["name"])] = obj
+        recent = self.written.get(key, {})
+        for ckey, obj in list(recent.items()):
+            seen = out.get(ckey)
+            if seen is not None and _rv(seen) >= _rv(obj):
+                del recent[ckey]  # the watch has caught up
+            else:
+                out[ckey] = obj
+        if not recent:
+            self.written.pop(key, None)
+        return out
+
+    def remember_write(self, key: Key, obj: dict[str, Any]) -> None:
+        self.written.setdefault(key, {})[(obj["kind"], obj["metadata"]["name"])] = json.loads(compact_child(obj))
+
+    def child_event(self, key: Key, body: Mapping[str, Any], deleted: bool) -> None:
+        """A watch event for a child: drop our own copy once the watch has caught up with it (or it is gone)."""
+        recent = self.written.get(key)
+        if not recent:
+            return
+        ckey = (str(body.get("kind")), str((body.get("metadata") or {}).get("name")))
+        mine = recent.get(ckey)
+        if mine is not None and (deleted or _rv(body) >= _rv(mine)):
+            del recent[ckey]
+
+    def pods(self, key: Key) -> tuple[dict[str, Any], ...]:
+        return tuple((self.pods_index or {}).get(key, ()))
+
+
+def instance_key(body: Mapping[str, Any]) -> Key | None:
+    meta = body.get("metadata") or {}
+    name = (meta.get("labels") or {}).get(INSTANCE_LABEL)
+    return (str(meta.get("namespace") or ""), str(name)) if name else None

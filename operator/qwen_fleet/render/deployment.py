@@ -1,0 +1,210 @@
+"""The vLLM Deployment: GPUs, NCCL environment, /dev/shm, probes patient enough for a model load, drain."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from qwen_fleet.api import QwenInference
+from qwen_fleet.plan import HF_HOME, MODEL_MOUNT, Plan
+from qwen_fleet.render.common import (
+    CONTAINER_NAME,
+    HTTP_PORT_NAME,
+    metadata,
+    number,
+    pod_labels,
+    selector_labels,
+)
+from qwen_fleet.render.engine_args import SERVER_COMMAND, engine_args
+
+PREFLIGHT_CONTAINER = "nccl-preflight"
+PREFLIGHT_MOUNT = "/opt/qwen-fleet/preflight"
+PREFLIGHT_SCRIPT = "nccl_preflight.py"
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+DRAIN_MARGIN_SECONDS = 15  # termination grace beyond preStop + vLLM's shutdown timeout
+
+
+def preflight_config_map_name(cr: QwenInference) -> str:
+    return f"{cr.name}-nccl-preflight"
+
+
+def model_cache_claim_name(cr: QwenInference) -> str:
+    return f"{cr.name}-model-cache"
+
+
+def _flag(value: bool) -> str:
+    return "1" if value else "0"
+
+
+def nccl_env(cr: QwenInference) -> list[dict[str, Any]]:
+    """NCCL/torch.distributed variables, identical in the server and the preflight container."""
+    nccl = cr.spec.nccl
+    env: list[dict[str, Any]] = [
+        {"name": "TORCH_NCCL_ASYNC_ERROR_HANDLING", "value": _flag(nccl.async_error_handling)}]
+    if nccl.debug:
+        env.append({"name": "NCCL_DEBUG", "value": nccl.debug})
+    if nccl.ib_disable is not None:
+        env.append({"name": "NCCL_IB_DISABLE", "value": _flag(nccl.ib_disable)})
+    if nccl.p2p_disable is not None:
+        env.append({"name": "NCCL_P2P_DISABLE", "value": _flag(nccl.p2p_disable)})
+    if nccl.socket_ifname:
+        env.append({"name": "NCCL_SOCKET_IFNAME", "value": nccl.socket_ifname})
+    env += [_env_var(v) for v in nccl.env]
+    return env
+
+
+def _env_var(var: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": var.name}
+    if var.value is not None:
+        out["value"] = var.value
+    if var.value_from is not None:
+        out["valueFrom"] = var.value_from
+    return out
+
+
+def _server_env(cr: QwenInference) -> list[dict[str, Any]]:
+    source = cr.spec.model.source
+    env: list[dict[str, Any]] = [{"name": "HF_HOME", "value": HF_HOME}]
+    if source.pvc is not None:
+        env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
+    elif source.hugging_face is not None and source.hugging_face.token_secret_ref is not None:
+        ref = source.hugging_face.token_secret_ref
+        # Referenced, never copied: the token value never passes through the operator.
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    return env + nccl_env(cr) + [_env_var(v) for v in cr.spec.engine.env]
+
+
+def _resources(cr: QwenInference, plan: Plan) -> dict[str, Any]:
+    amounts: dict[str, str] = {cr.spec.gpu.resource_name: str(plan.gpus_per_replica)}
+    if plan.cpu is not None:
+        amounts["cpu"] = plan.cpu
+    if plan.memory is not None:
+        amounts["memory"] = plan.memory
+    # requests == limits: extended resources require it, and a GPU pod should not be CPU-throttled randomly.
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def _probes(cr: QwenInference) -> dict[str, Any]:
+    health = {"path": "/health", "port": HTTP_PORT_NAME}
+    startup_period = 10
+    return {
+        "startupProbe": {"httpGet": health, "periodSeconds": startup_period, "timeoutSeconds": 5,
+                         "failureThreshold": math.ceil(cr.spec.engine.startup_timeout_seconds / startup_period)},
+        "readinessProbe": {"httpGet": health, "periodSeconds": 5, "timeoutSeconds": 3, "failureThreshold": 3},
+        "livenessProbe": {"httpGet": health, "periodSeconds": 15, "timeoutSeconds": 10, "failureThreshold": 4},
+    }
+
+
+def _volumes(cr: QwenInference, plan: Plan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    spec = cr.spec
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": plan.shm_size}}]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    pvc = spec.model.source.pvc
+    if pvc is not None:
+        volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": pvc.claim_name,
+                                                                    "readOnly": pvc.read_only}})
+        mounts.append({"name": "model", "mountPath": MODEL_MOUNT, "readOnly": pvc.read_only})
+    elif spec.model.cache is not None:
+        volumes.append({"name": "hf-cache", "persistentVolumeClaim": {"claimName": model_cache_claim_name(cr)}})
+        mounts.append({"name": "hf-cache", "mountPath": HF_HOME})
+    else:
+        volumes.append({"name": "hf-cache", "emptyDir": {}})
+        mounts.append({"name": "hf-cache", "mountPath": HF_HOME})
+    if spec.nccl.preflight.enabled:
+        volumes.append({"name": "nccl-preflight", "configMap": {"name": preflight_config_map_name(cr)}})
+    return volumes, mounts
+
+
+def _preflight_container(cr: QwenInference, plan: Plan, resources: dict[str, Any]) -> dict[str, Any]:
+    check = cr.spec.nccl.preflight
+    return {
+        "name": PREFLIGHT_CONTAINER,
+        "image": plan.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python3", f"{PREFLIGHT_MOUNT}/{PREFLIGHT_SCRIPT}"],
+        "args": [
+            f"--max-small-latency-us={number(check.max_small_message_latency_microseconds)}",
+            f"--min-bus-bandwidth-gbps={number(check.min_bus_bandwidth_g_bps)}",
+            "--output=/dev/termination-log",
+        ],
+        "env": nccl_env(cr),
+        "resources": resources,
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"},
+                         {"name": "nccl-preflight", "mountPath": PREFLIGHT_MOUNT, "readOnly": True}],
+        "terminationMessagePolicy": "File",
+    }
+
+
+def _placement(cr: QwenInference) -> dict[str, Any]:
+    sched = cr.spec.scheduling
+    node_selector = dict(sched.node_selector)
+    if cr.spec.gpu.product:
+        node_selector["nvidia.com/gpu.product"] = cr.spec.gpu.product
+    out: dict[str, Any] = {}
+    if node_selector:
+        out["nodeSelector"] = node_selector
+    tolerations = [GPU_TOLERATION] + [t.model_dump(by_alias=True, exclude_none=True) for t in sched.tolerations]
+    out["tolerations"] = tolerations
+    if sched.affinity:
+        out["affinity"] = sched.affinity
+    if sched.priority_class_name:
+        out["priorityClassName"] = sched.priority_class_name
+    if sched.runtime_class_name:
+        out["runtimeClassName"] = sched.runtime_class_name
+    return out
+
+
+def render_deployment(cr: QwenInference, plan: Plan) -> dict[str, Any]:
+    spec = cr.spec
+    resources = _resources(cr, plan)
+    volumes, mounts = _volumes(cr, plan)
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": plan.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": list(SERVER_COMMAND),
+        "args": engine_args(cr, plan),
+        "ports": [{"name": HTTP_PORT_NAME, "containerPort": spec.service.port, "protocol": "TCP"}],
+        "env": _server_env(cr),
+        "resources": resources,
+        "volumeMounts": mounts,
+        **_probes(cr),
+        "securityContext": {"allowPrivilegeEscalation": False},
+    }
+    if spec.rollout.pre_stop_seconds:
+        container["lifecycle"] = {"preStop": {"sleep": {"seconds": spec.rollout.pre_stop_seconds}}}
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "volumes": volumes,
+        # Service links would inject e.g. VLLM_PORT=tcp://... for a Service named "vllm", which vLLM reads.
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": spec.rollout.pre_stop_seconds + spec.engine.shutdown_timeout_seconds
+        + DRAIN_MARGIN_SECONDS,
+        **_placement(cr),
+    }
+    if spec.nccl.preflight.enabled:
+        pod_spec["initContainers"] = [_preflight_container(cr, plan, resources)]
+    port = str(spec.service.port)
+    template_annotations = {"prometheus.io/scrape": "true", "prometheus.io/port": port,
+                            "prometheus.io/path": "/metrics", "kubectl.kubernetes.io/default-container": "vllm"}
+    deployment: dict[str, Any] = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(cr),
+        "spec": {
+            "selector": {"matchLabels": selector_labels(cr)},
+            "revisionHistoryLimit": 3,
+            # A rollout may legitimately wait for a long model download and load.
+            "progressDeadlineSeconds": spec.engine.startup_timeout_seconds + 600,
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {
+                "maxSurge": spec.rollout.max_surge, "maxUnavailable": spec.rollout.max_unavailable}},
+            "template": {
+                "metadata": {"labels": pod_labels(cr, plan.image), "annotations": template_annotations},
+                "spec": pod_spec,
+            },
+        },
+    }
+    if plan.replicas is not None:  # under autoscaling the HPA owns replicas; we never send the field
+        deployment["spec"]["replicas"] = plan.replicas
+    return deployment

@@ -1,0 +1,33 @@
+"""Small children: the NCCL preflight script as a ConfigMap, and the model-cache claim."""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+from qwen_fleet.api import QwenInference
+from qwen_fleet.render.common import metadata
+from qwen_fleet.render.deployment import PREFLIGHT_SCRIPT, model_cache_claim_name, preflight_config_map_name
+
+
+def preflight_script() -> str:
+    return resources.files("qwen_fleet.preflight").joinpath(PREFLIGHT_SCRIPT).read_text()
+
+
+def render_preflight_config_map(cr: QwenInference) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(cr, name=preflight_config_map_name(cr)),
+        "data": {PREFLIGHT_SCRIPT: preflight_script()},
+    }
+
+
+def render_model_cache_claim(cr: QwenInference) -> dict[str, Any]:
+    cache = cr.spec.model.cache
+    assert cache is not None
+    spec: dict[str, Any] = {"accessModes": [cache.access_mode], "resources": {"requests": {"storage": str(cache.size)}}}
+    if cache.storage_class_name:
+        spec["storageClassName"] = cache.storage_class_name
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": metadata(cr, name=model_cache_claim_name(cr)), "spec": spec}

@@ -1,0 +1,70 @@
+"""Shared fixtures: a real local control plane (started once per session), the CRD, the operator process.
+
+Nothing here skips for lack of a cluster: the suite builds (hack/build-binaries.sh) and starts its own.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from qwen_fleet.devcluster import binaries
+from qwen_fleet.devcluster.cluster import LocalCluster
+from tests.support.operator_process import OperatorProcess
+
+ROOT = Path(__file__).resolve().parent.parent
+CRD_FILE = ROOT / "crds" / "qwenfleet.io_qweninferences.yaml"
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    binaries.ensure()
+    local = LocalCluster(workdir=tmp_path_factory.mktemp("cluster"), hpa_sync_period="5s")
+    local.start()
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+@pytest.fixture(scope="session")
+def crd(cluster: LocalCluster) -> Path:
+    cluster.kubectl("apply", "--server-side", "-f", str(CRD_FILE))
+    cluster.kubectl("wait", "--for=condition=Established", "crd/qweninferences.qwenfleet.io", "--timeout=60s")
+    return CRD_FILE
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: LocalCluster, crd: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    """The operator as its own process (as in production), with its own identity for counting writes."""
+    proc = OperatorProcess(cluster, tmp_path_factory.mktemp("operator") / "operator.log")
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def namespace(cluster: LocalCluster) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", name)
+    try:
+        yield name
+    finally:
+        cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> str:
+    """The cached venv with the real vLLM CPU engine (built by hack/vllm-venv.sh when missing)."""
+    import subprocess
+
+    out = subprocess.run([str(ROOT / "hack" / "vllm-venv.sh")], check=True, capture_output=True, text=True)
+    path = out.stdout.strip().splitlines()[-1]
+    assert os.access(path, os.X_OK), path
+    return path

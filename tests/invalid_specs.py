@@ -1,0 +1,130 @@
+"""One table of invalid QwenInference specs, used against both layers: the real apiserver (CRD schema and CEL)
+and the pydantic models (``qwen-fleet render``). Each case names what a person should read in the error.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+BASE: dict[str, Any] = {"model": {"name": "Qwen/Qwen3-4B-Instruct-2507"}}
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    spec: dict[str, Any]  # merged over BASE (a value of None deletes the key)
+    apiserver: str  # substring of the apiserver's message
+    pydantic: str  # substring of the pydantic error
+    name: str = "bad"
+
+
+def merged(patch: dict[str, Any], base: dict[str, Any] | None = None) -> dict[str, Any]:
+    out = copy.deepcopy(base if base is not None else BASE)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(value, out[key])
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _rule(id: str, spec: dict[str, Any], message: str) -> Case:
+    """A cross-field rule: both layers carry the very same message."""
+    return Case(id, spec, message, message)
+
+
+CASES: list[Case] = [
+    _rule("min-above-max", {"autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2}},
+          "autoscaling.minReplicas must not exceed autoscaling.maxReplicas"),
+    _rule("autoscaling-without-max", {"autoscaling": {"enabled": True}},
+          "autoscaling.maxReplicas is required when autoscaling is enabled"),
+    _rule("replicas-with-autoscaling", {"replicas": 2, "autoscaling": {"enabled": True, "maxReplicas": 3}},
+          "spec.replicas cannot be set while autoscaling is enabled"),
+    Case("gpu-mem-util-above-1", {"engine": {"gpuMemoryUtilization": 1.5}},
+         "spec.engine.gpuMemoryUtilization: Invalid value: 1.5", "less than or equal to 1"),
+    Case("gpu-mem-util-zero", {"engine": {"gpuMemoryUtilization": 0}},
+         "spec.engine.gpuMemoryUtilization: Invalid value: 0", "greater than 0"),
+    _rule("batched-below-model-len-no-chunking",
+          {"engine": {"maxModelLen": 8192, "maxNumBatchedTokens": 2048, "enableChunkedPrefill": False}},
+          "engine.maxNumBatchedTokens must be at least engine.maxModelLen when enableChunkedPrefill is false"),
+    _rule("batched-below-num-seqs", {"engine": {"maxNumSeqs": 256, "maxNumBatchedTokens": 128}},
+          "engine.maxNumBatchedTokens must be at least engine.maxNumSeqs"),
+    Case("tensor-zero", {"parallelism": {"tensor": 0}}, "spec.parallelism.tensor: Invalid value: 0",
+         "greater than or equal to 1"),
+    Case("pipeline-negative", {"parallelism": {"pipeline": -1}}, "spec.parallelism.pipeline: Invalid value: -1",
+         "greater than or equal to 1"),
+    Case("multi-node-reserved", {"parallelism": {"nodes": 2}}, "spec.parallelism.nodes: Invalid value: 2",
+         "less than or equal to 1"),
+    _rule("too-many-gpus", {"parallelism": {"tensor": 16, "pipeline": 8}},
+          "parallelism.tensor x parallelism.pipeline (GPUs per replica) must be at most 64"),
+    Case("unknown-quantization", {"engine": {"quantization": "int3-magic"}},
+         'spec.engine.quantization: Unsupported value: "int3-magic"', "Input should be 'awq'"),
+    Case("unknown-kv-cache-dtype", {"engine": {"kvCacheDtype": "fp4"}},
+         'spec.engine.kvCacheDtype: Unsupported value: "fp4"', "Input should be 'auto'"),
+    Case("unknown-dtype", {"engine": {"dtype": "int8"}}, 'spec.engine.dtype: Unsupported value: "int8"',
+         "Input should be 'auto'"),
+    Case("odd-block-size", {"engine": {"blockSize": 24}}, "spec.engine.blockSize: Unsupported value: 24",
+         "Input should be 8, 16"),
+    Case("unknown-scheduling-policy", {"engine": {"schedulingPolicy": "lifo"}},
+         'spec.engine.schedulingPolicy: Unsupported value: "lifo"', "Input should be 'fcfs' or 'priority'"),
+    _rule("extra-args-repeat-max-num-seqs", {"engine": {"extraArgs": ["--max-num-seqs=512"]}},
+          "engine.extraArgs must not repeat a flag that a typed field owns"),
+    _rule("extra-args-repeat-underscore", {"engine": {"extraArgs": ["--max_model_len", "4096"]}},
+          "engine.extraArgs must not repeat a flag that a typed field owns"),
+    _rule("extra-args-repeat-tp-short", {"engine": {"extraArgs": ["-tp", "2"]}},
+          "engine.extraArgs must not repeat a flag that a typed field owns"),
+    _rule("extra-args-repeat-negated", {"engine": {"extraArgs": ["--no-enable-prefix-caching"]}},
+          "engine.extraArgs must not repeat a flag that a typed field owns"),
+    _rule("env-owned-variable", {"engine": {"env": [{"name": "NCCL_DEBUG", "value": "INFO"}]}},
+          "engine.env must not set a variable the operator owns"),
+    _rule("nccl-env-not-nccl", {"nccl": {"env": [{"name": "OMP_NUM_THREADS", "value": "4"}]}},
+          "nccl.env may only set NCCL_* and TORCH_NCCL_* variables"),
+    Case("negative-shm", {"resources": {"shmSize": "-1Gi"}}, "spec.resources.shmSize",
+         "is not a Kubernetes quantity"),
+    Case("negative-memory-int", {"resources": {"memory": -5}}, "spec.resources.memory",
+         "must be zero or more"),
+    Case("garbage-cpu", {"resources": {"cpu": "lots"}}, "spec.resources.cpu", "is not a Kubernetes quantity"),
+    Case("negative-kv-offload", {"engine": {"kvOffloadGiB": -8}}, "spec.engine.kvOffloadGiB: Invalid value: -8",
+         "greater than or equal to 0"),
+    Case("negative-replicas", {"replicas": -1}, "spec.replicas: Invalid value: -1", "greater than or equal to 0"),
+    Case("kv-target-above-100", {"autoscaling": {"enabled": True, "maxReplicas": 2,
+                                                 "kvCacheUsage": {"targetPercent": 150}}},
+         "spec.autoscaling.kvCacheUsage.targetPercent: Invalid value: 150", "less than or equal to 100"),
+    Case("queue-target-zero", {"autoscaling": {"queueDepth": {"targetPerReplica": 0}}},
+         "spec.autoscaling.queueDepth.targetPerReplica: Invalid value: 0", "greater than 0"),
+    Case("service-port-out-of-range", {"service": {"port": 70000}}, "spec.service.port: Invalid value: 70000",
+         "less than or equal to 65535"),
+    Case("service-type-unknown", {"service": {"type": "ExternalName"}},
+         'spec.service.type: Unsupported value: "ExternalName"', "Input should be 'ClusterIP'"),
+    _rule("swap-space-removed", {"engine": {"swapSpace": 8}},
+          "engine.swapSpace was removed from vLLM (--swap-space is gone); use engine.kvOffloadGiB"),
+    _rule("worker-use-ray-removed", {"engine": {"workerUseRay": True}},
+          "engine.workerUseRay was removed from vLLM"),
+    _rule("max-parallel-requests-not-vllm", {"engine": {"maxParallelRequests": 64}},
+          "engine.maxParallelRequests is not a vLLM setting; the concurrency limit is engine.maxNumSeqs"),
+    _rule("two-model-sources", {"model": {"source": {"huggingFace": {}, "pvc": {"claimName": "models"}}}},
+          "model.source must name exactly one of huggingFace or pvc"),
+    Case("model-name-missing", {"model": {"name": None}}, "spec.model.name: Required value", "Field required"),
+    Case("model-name-with-space", {"model": {"name": "Qwen/Qwen3 4B"}}, "spec.model.name: Invalid value",
+         "String should match pattern"),
+    _rule("preflight-on-one-gpu", {"nccl": {"preflight": {"enabled": True}}},
+          "nccl.preflight needs at least 2 GPUs per replica"),
+    _rule("rollout-both-zero", {"rollout": {"maxSurge": 0, "maxUnavailable": 0}},
+          "rollout.maxSurge and rollout.maxUnavailable cannot both be 0"),
+    Case("rollout-surge-garbage", {"rollout": {"maxSurge": "lots"}}, "spec.rollout.maxSurge",
+         "must be a number of pods or a percentage"),
+    Case("gpu-memory-negative", {"gpu": {"memoryGiB": -24}}, "spec.gpu.memoryGiB: Invalid value: -24",
+         "greater than 0"),
+    Case("unknown-field", {"engine": {"maxNumSequences": 64}}, 'unknown field "spec.engine.maxNumSequences"',
+         "Extra inputs are not permitted"),
+    Case("max-num-seqs-huge", {"engine": {"maxNumSeqs": 10**12}}, "spec.engine.maxNumSeqs: Invalid value",
+         "less than or equal to 65536"),
+    Case("over-long-name", {}, "metadata.name must be at most 52 characters",
+         "metadata.name must be at most 52 characters", name="q" * 53),
+    Case("name-starting-with-digit", {}, "metadata.name must start with a letter",
+         "metadata.name must start with a letter", name="7b-qwen"),
+]

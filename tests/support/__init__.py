@@ -1,0 +1,1 @@
+"""Helpers for tests that run real external parts (the vLLM CPU engine, tiny random-weight models)."""
