@@ -174,3 +174,12 @@ def test_nccl_without_gpus_is_an_error_not_a_pass(torch_python: str, tmp_path: P
     assert not report.passed
     assert "GPU" in report.message
     assert report.env.get("CUDA_VISIBLE_DEVICES") == ""
+
+
+def test_a_check_that_overruns_its_deadline_is_killed_and_reported(torch_python: str, tmp_path: Path) -> None:
+    # One second is less than two ranks need to import torch and meet, so the launcher's deadline fires.
+    done, written = run_script(torch_python, tmp_path, "--backend=gloo", "--nproc=2", "--timeout-s=1")
+    assert done.returncode == EXIT_ERROR, done.stderr
+    report = read(done, written)
+    assert report.outcome == "error"
+    assert "preflight could not run" in report.message

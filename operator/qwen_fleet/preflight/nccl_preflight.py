@@ -96,30 +96,32 @@ def judge(
     all-reduce moves nothing between GPUs, so its busbw (0 by definition) says nothing about the fabric.
     """
     env = env or {}
+    latency_limit = max_small_latency_us if max_small_latency_us and max_small_latency_us > 0 else None
+    bandwidth_min = min_bus_bandwidth_gbps if min_bus_bandwidth_gbps and min_bus_bandwidth_gbps > 0 else None
     failures: list[str] = []
     notes: list[str] = []
     worst_size = max(small_latency_us, key=lambda s: small_latency_us[s]) if small_latency_us else None
     if worst_size is not None:
         worst = small_latency_us[worst_size]
-        if max_small_latency_us and max_small_latency_us > 0 and worst > max_small_latency_us:
+        if latency_limit is not None and worst > latency_limit:
             failures.append(
                 f"all-reduce latency {worst:.1f} us at {format_bytes(worst_size)} exceeds the "
-                f"{max_small_latency_us:g} us limit"
+                f"{latency_limit:g} us limit"
             )
         else:
-            limit = f" (limit {max_small_latency_us:g} us)" if max_small_latency_us else ""
+            limit = f" (limit {latency_limit:g} us)" if latency_limit else ""
             notes.append(f"max small-message latency {worst:.1f} us at {format_bytes(worst_size)}{limit}")
     if bus_bandwidth is not None and large_bytes:
         size = format_bytes(large_bytes)
         if ranks < 2:
             notes.append("bus bandwidth not judged: a 1-rank all-reduce moves no data between GPUs")
-        elif min_bus_bandwidth_gbps and min_bus_bandwidth_gbps > 0 and bus_bandwidth < min_bus_bandwidth_gbps:
+        elif bandwidth_min is not None and bus_bandwidth < bandwidth_min:
             failures.append(
                 f"all-reduce bus bandwidth {bus_bandwidth:.1f} GB/s at {size} is below the "
-                f"{min_bus_bandwidth_gbps:g} GB/s minimum"
+                f"{bandwidth_min:g} GB/s minimum"
             )
         else:
-            limit = f" (minimum {min_bus_bandwidth_gbps:g} GB/s)" if min_bus_bandwidth_gbps else ""
+            limit = f" (minimum {bandwidth_min:g} GB/s)" if bandwidth_min else ""
             notes.append(f"bus bandwidth {bus_bandwidth:.1f} GB/s at {size}{limit}")
     if failures:
         return False, "; ".join(failures) + f": {TOPOLOGY_HINT}{_p2p_hint(env)}"
@@ -234,29 +236,16 @@ def _measure(torch: Any, opts: argparse.Namespace, rank: int) -> dict[str, Any]:
     cuda = opts.backend == "nccl"
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     graph = opts.timing == "graph"
-    seconds: list[float] = []
-    for size in opts.small_sizes:
-        buf = torch.empty(size // _FLOAT32_BYTES, dtype=torch.float32, device=device)
-        seconds.append(
-            _seconds_per_call(
-                torch, buf, warmup=opts.warmup, iters=opts.iters, rounds=opts.rounds, graph=graph
-            )
-        )
+
+    def time_size(nbytes: int, warmup: int, iters: int, graph: bool) -> float:
+        buf = torch.empty(nbytes // _FLOAT32_BYTES, dtype=torch.float32, device=device)
+        return _seconds_per_call(torch, buf, warmup=warmup, iters=iters, rounds=opts.rounds, graph=graph)
+
+    seconds = [time_size(size, opts.warmup, opts.iters, graph) for size in opts.small_sizes]
     if opts.large_bytes:
-        buf = torch.empty(opts.large_bytes // _FLOAT32_BYTES, dtype=torch.float32, device=device)
-        seconds.append(
-            _seconds_per_call(
-                torch, buf, warmup=opts.large_warmup, iters=opts.large_iters, rounds=opts.rounds, graph=False
-            )
-        )
-        del buf
+        seconds.append(time_size(opts.large_bytes, opts.large_warmup, opts.large_iters, False))
     if graph:  # the same smallest message through the eager host path, to show what the graph saves
-        buf = torch.empty(opts.small_sizes[0] // _FLOAT32_BYTES, dtype=torch.float32, device=device)
-        seconds.append(
-            _seconds_per_call(
-                torch, buf, warmup=opts.warmup, iters=opts.iters, rounds=opts.rounds, graph=False
-            )
-        )
+        seconds.append(time_size(opts.small_sizes[0], opts.warmup, opts.iters, False))
     worst = torch.tensor(seconds, dtype=torch.float64, device=device)
     dist.all_reduce(worst, op=dist.ReduceOp.MAX)  # the collective is as slow as its slowest rank
     return {
@@ -359,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-small-latency-us",
         type=float,
         default=DEFAULT_MAX_SMALL_LATENCY_US,
-        help="fail when any small size averages more (<= 0: off; default %(default)s)",
+        help="fail when any small size takes longer per call, us (<= 0: off; default %(default)s)",
     )
     p.add_argument(
         "--min-bus-bandwidth-gbps",
@@ -410,9 +399,8 @@ def _base_report(opts: argparse.Namespace, ranks: int) -> dict[str, Any]:
 
 
 def _versions(torch: Any) -> dict[str, str | None]:
-    nccl: str | None = None
     try:
-        nccl = ".".join(str(x) for x in torch.cuda.nccl.version())
+        nccl: str | None = ".".join(str(x) for x in torch.cuda.nccl.version())
     except Exception:  # a CPU-only torch has no NCCL; gloo reports need none
         nccl = None
     return {"torch": str(torch.__version__), "cuda": torch.version.cuda, "nccl": nccl}
