@@ -41,7 +41,8 @@ def crd(cluster: LocalCluster) -> Path:
 @pytest.fixture(scope="session")
 def operator(cluster: LocalCluster, crd: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
     """The operator as its own process (as in production), with its own identity for counting writes."""
-    proc = OperatorProcess(cluster, tmp_path_factory.mktemp("operator") / "operator.log")
+    proc = OperatorProcess(cluster, tmp_path_factory.mktemp("operator") / "operator.log",
+                           env={"QWEN_FLEET_RESYNC_SECONDS": "10"})
     proc.start()
     try:
         yield proc

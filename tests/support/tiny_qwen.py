@@ -74,10 +74,10 @@ class TinyQwen:
     seed: int = 0
     # hybrid only: every ``full_attention_interval``-th layer is full attention, the rest Gated DeltaNet
     full_attention_interval: int = 4
-    linear_key_heads: int = 2
-    linear_value_heads: int = 4
-    linear_key_head_dim: int = 32
-    linear_value_head_dim: int = 32
+    linear_key_heads: int = 1
+    linear_value_heads: int = 2
+    linear_key_head_dim: int = 128  # the CPU GDN kernel rejects 32 ("Unexpected head dim size, 32")
+    linear_value_head_dim: int = 128
     linear_conv_kernel: int = 4
     # qwen3_next only: a tiny mixture of experts in every layer, plus a shared expert
     experts: int = 4

@@ -74,8 +74,8 @@ def _convert(node: Any, defs: dict[str, Any], rules: dict[str, list[dict[str, st
         if merged.get("default", 0) is None:
             merged.pop("default")
         inner = _convert(options[0], defs, rules)
-        inner.update({k: v for k, v in merged.items() if k in ("description", "default")})
-        node = inner
+        inner.update({k: _convert(v, defs, rules) for k, v in merged.items() if k in ("description", "default")})
+        return inner
     out: dict[str, Any] = {}
     for key, value in node.items():
         if key in _DROP_KEYS and not (key == "additionalProperties" and isinstance(value, dict)):
@@ -102,8 +102,8 @@ def _convert(node: Any, defs: dict[str, Any], rules: dict[str, list[dict[str, st
 def _apply_factory_defaults(cls: type[ApiModel], schema: dict[str, Any]) -> None:
     """Write pydantic's default factories into the schema as ``default`` (pydantic leaves them out).
 
-    The apiserver defaults top-down, so a nested object defaulted to ``{}`` then gets its own fields'
-    defaults: stored objects end up exactly as pydantic fills them in Python.
+    The default is the complete object (the apiserver checks CEL rules against a default as written, before
+    nested defaulting), so stored objects end up exactly as pydantic fills them in Python.
     """
     props = schema.get("properties", {})
     for name, field in cls.model_fields.items():
@@ -119,7 +119,7 @@ def _apply_factory_defaults(cls: type[ApiModel], schema: dict[str, Any]) -> None
         if field.default_factory is not None and "default" not in prop:
             value = field.default_factory()  # type: ignore[call-arg]
             if isinstance(value, ApiModel):
-                prop["default"] = value.model_dump(by_alias=True, exclude_defaults=True, mode="json")
+                prop["default"] = value.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
 def spec_schema() -> dict[str, Any]:

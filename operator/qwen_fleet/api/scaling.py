@@ -77,12 +77,15 @@ class Autoscaling(ApiModel, rules=[
     min_replicas: int = Field(default=1, ge=1, le=1000, description="Fewest replicas (at least 1: vLLM "
                               "exports no queue metric from zero pods).")
     max_replicas: int | None = Field(default=None, ge=1, le=1000, description="Most replicas.")
-    queue_depth: QueueDepthMetric = Field(default_factory=QueueDepthMetric,
-                                          description="Queue-depth target.")
-    kv_cache_usage: KvCacheUsageMetric = Field(default_factory=KvCacheUsageMetric,
-                                               description="KV-cache usage target.")
-    gpu_utilization: GpuUtilizationMetric = Field(default_factory=GpuUtilizationMetric,
-                                                  description="GPU utilisation target (opt-in).")
+    queue_depth: QueueDepthMetric = Field(default_factory=QueueDepthMetric, description="Primary signal: "
+                                          "vLLM's waiting requests (vllm:num_requests_waiting), summed over "
+                                          "the fleet's pods and averaged per replica.")
+    kv_cache_usage: KvCacheUsageMetric = Field(default_factory=KvCacheUsageMetric, description="Second "
+                                               "signal: KV-cache occupancy (vllm:kv_cache_usage_perc), so a "
+                                               "saturated fleet grows before requests queue.")
+    gpu_utilization: GpuUtilizationMetric = Field(default_factory=GpuUtilizationMetric, description="Opt-in "
+                                                  "signal: DCGM_FI_DEV_GPU_UTIL from dcgm-exporter, averaged "
+                                                  "over each pod's GPUs.")
     behavior: ScalingBehavior = Field(default_factory=ScalingBehavior, description="Scale-up and "
                                       "scale-down pacing.")
 

@@ -55,6 +55,11 @@ rules:
 """
 
 
+class KubectlError(subprocess.CalledProcessError):
+    def __str__(self) -> str:
+        return f"kubectl {' '.join(self.cmd[2:])} failed ({self.returncode}): {str(self.stderr).strip()[:2000]}"
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -183,7 +188,7 @@ class LocalCluster:
         argv = [str(self.bins.kubectl), f"--kubeconfig={kubeconfig or self.kubeconfig}", *args]
         result = subprocess.run(argv, capture_output=True, text=True, input=input, timeout=timeout)
         if check and result.returncode != 0:
-            raise subprocess.CalledProcessError(result.returncode, argv, result.stdout, result.stderr)
+            raise KubectlError(result.returncode, argv, result.stdout, result.stderr)
         return result
 
     @contextmanager

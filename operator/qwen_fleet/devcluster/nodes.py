@@ -23,11 +23,12 @@ class NodePool:
     pods: str = "110"
 
 
-# Two big multi-GPU nodes and two small single-GPU nodes, plus one CPU node for non-GPU pods.
+# Two big multi-GPU nodes and eight small single-GPU nodes (enough for the examples side by side and an
+# autoscaled fleet), plus one CPU node for non-GPU pods such as the operator's own.
 DEFAULT_POOLS: tuple[NodePool, ...] = (
     NodePool("gpu-h100", 2, gpus=8, product="NVIDIA-H100-80GB-HBM3", gpu_memory_mib=81559,
              cpu="192", memory="2000Gi"),
-    NodePool("gpu-a10g", 2, gpus=1, product="NVIDIA-A10G", gpu_memory_mib=23028, cpu="16", memory="64Gi"),
+    NodePool("gpu-a10g", 8, gpus=1, product="NVIDIA-A10G", gpu_memory_mib=23028, cpu="16", memory="64Gi"),
     NodePool("cpu", 1, cpu="32", memory="128Gi"),
 )
 

@@ -1,0 +1,49 @@
+"""Small helpers for tests that talk to the local cluster through kubectl."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from qwen_fleet.devcluster.cluster import LocalCluster
+
+T = TypeVar("T")
+
+
+def wait_until(what: str, check: Callable[[], T | None], timeout: float = 60, interval: float = 0.25) -> T:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except Exception as err:  # noqa: BLE001 - not there yet
+            last = err
+        if last and not isinstance(last, Exception):
+            return last  # type: ignore[return-value]
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def get(cluster: LocalCluster, kind: str, name: str, ns: str) -> dict[str, Any] | None:
+    out = cluster.kubectl("get", kind, name, "-n", ns, "-o", "json", check=False)
+    return json.loads(out.stdout) if out.returncode == 0 else None
+
+
+def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return dict(cond)
+    return None
+
+
+def events_for(cluster: LocalCluster, ns: str, name: str) -> list[dict[str, Any]]:
+    out = cluster.kubectl("get", "events", "-n", ns, "-o", "json",
+                          f"--field-selector=involvedObject.name={name}").stdout
+    return list(json.loads(out)["items"])
+
+
+def apply(cluster: LocalCluster, ns: str, doc: dict[str, Any] | str) -> None:
+    text = doc if isinstance(doc, str) else json.dumps(doc)
+    cluster.kubectl("apply", "-n", ns, "-f", "-", input=text)

@@ -1,0 +1,95 @@
+"""Status from decisions and observations: kstatus conditions, stable timestamps, no needless writes."""
+
+from __future__ import annotations
+
+from qwen_fleet.api import QwenInference
+from qwen_fleet.config import OperatorConfig
+from qwen_fleet.plan import make_plan
+from qwen_fleet.reconcile.status import Observed, Outcome, compute_status, status_patch
+
+CR = QwenInference.model_validate({"metadata": {"name": "q", "namespace": "ns"},
+                                   "spec": {"model": {"name": "Qwen/Qwen3-4B-Instruct-2507"}, "replicas": 2}})
+PLAN = make_plan(CR, OperatorConfig())
+T0, T1 = "2026-11-30T00:00:00Z", "2026-11-30T00:05:00Z"
+
+
+def _dep(gen: int = 1, seen: int = 1, ready: int = 2, updated: int = 2, available: int = 2, replicas: int = 2,
+         conditions: list | None = None) -> dict:
+    return {"metadata": {"generation": gen}, "spec": {"replicas": 2},
+            "status": {"observedGeneration": seen, "readyReplicas": ready, "updatedReplicas": updated,
+                       "availableReplicas": available, "replicas": replicas, "conditions": conditions or []}}
+
+
+def _conds(status: dict) -> dict:
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+def test_ready_when_all_replicas_updated_and_available() -> None:
+    st = compute_status(None, 3, Outcome.applied(), PLAN, Observed(deployment=_dep()), T0)
+    assert _conds(st) == {"Ready": ("True", "Ready"), "Reconciling": ("False", "Ready"),
+                          "Stalled": ("False", "Ready")}
+    assert st["observedGeneration"] == 3
+    assert st["readyReplicas"] == 2
+
+
+def test_rolling_out_is_reconciling_not_ready() -> None:
+    st = compute_status(None, 3, Outcome.applied(), PLAN, Observed(deployment=_dep(updated=1, ready=1)), T0)
+    assert _conds(st)["Ready"] == ("False", "RollingOut")
+    assert _conds(st)["Reconciling"] == ("True", "RollingOut")
+
+
+def test_unschedulable_pod_reason_reaches_the_status() -> None:
+    pods = ({"name": "q-1", "unschedulable": "0/5 nodes are available: 5 Insufficient nvidia.com/gpu."},)
+    st = compute_status(None, 1, Outcome.applied(), PLAN, Observed(deployment=_dep(ready=1), pods=pods), T0)
+    ready = next(c for c in st["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "PodsPending"
+    assert "Insufficient nvidia.com/gpu" in ready["message"]
+
+
+def test_stalled_spec_is_kstatus_failed() -> None:
+    st = compute_status(None, 4, Outcome.stalled("WeightsDoNotFit", "too big"), None, Observed(), T0)
+    assert _conds(st) == {"Ready": ("False", "WeightsDoNotFit"), "Reconciling": ("False", "WeightsDoNotFit"),
+                          "Stalled": ("True", "WeightsDoNotFit")}
+    assert st["observedGeneration"] == 4
+
+
+def test_progress_deadline_is_stalled() -> None:
+    dep = _dep(ready=0, available=0, conditions=[{"type": "Progressing", "status": "False",
+                                                  "reason": "ProgressDeadlineExceeded", "message": "slow"}])
+    st = compute_status(None, 1, Outcome.applied(), PLAN, Observed(deployment=dep), T0)
+    assert _conds(st)["Stalled"] == ("True", "ProgressDeadlineExceeded")
+
+
+def test_retrying_keeps_the_old_observed_generation() -> None:
+    old = compute_status(None, 1, Outcome.applied(), PLAN, Observed(deployment=_dep()), T0)
+    st = compute_status(old, 2, Outcome.retrying("503 ServiceUnavailable"), PLAN, Observed(deployment=_dep()), T1)
+    assert st["observedGeneration"] == 1
+    assert _conds(st)["Reconciling"] == ("True", "Retrying")
+
+
+def test_unchanged_observation_gives_identical_status_and_no_patch() -> None:
+    first = compute_status(None, 1, Outcome.applied(), PLAN, Observed(deployment=_dep()), T0)
+    second = compute_status(first, 1, Outcome.applied(), PLAN, Observed(deployment=_dep()), T1)
+    assert second == first  # lastTransitionTime kept: nothing flipped
+    assert status_patch(first, second) is None
+
+
+def test_transition_moves_the_timestamp_and_patch_removes_stale_keys() -> None:
+    first = compute_status(None, 1, Outcome.applied(), PLAN, Observed(deployment=_dep()), T0)
+    first["nccl"] = {"passed": True}
+    second = compute_status(first, 2, Outcome.applied(), PLAN, Observed(deployment=_dep(gen=2)), T1)
+    ready = next(c for c in second["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False" and ready["lastTransitionTime"] == T1
+    patch = status_patch(first, second)
+    assert patch is not None and patch["nccl"] is None
+
+
+def test_hpa_conditions_are_mirrored_in_words() -> None:
+    hpa = {"status": {"currentReplicas": 4, "desiredReplicas": 4, "conditions": [
+        {"type": "ScalingActive", "status": "True", "reason": "ValidMetricFound", "message": "ok"},
+        {"type": "ScalingLimited", "status": "True", "reason": "TooManyReplicas",
+         "message": "the desired replica count is more than the maximum replica count"}]}}
+    st = compute_status(None, 1, Outcome.applied(), PLAN, Observed(deployment=_dep(), hpa=hpa), T0)
+    assert _conds(st)["ScalingLimited"] == ("True", "TooManyReplicas")
+    assert st["autoscaling"]["desiredReplicas"] == 4
+    assert "more than the maximum" in st["autoscaling"]["message"]
