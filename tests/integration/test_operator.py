@@ -147,7 +147,9 @@ def test_operator_never_overrides_the_hpa_replica_count(cluster: LocalCluster, o
     time.sleep(12)
     dep = get(cluster, "deployment", name, namespace)
     assert dep is not None and dep["spec"]["replicas"] == 5
-    managers = {m["manager"]: m for m in dep["metadata"]["managedFields"]}
+    full = json.loads(cluster.kubectl("get", "deployment", name, "-n", namespace, "-o", "json",
+                                      "--show-managed-fields").stdout)
+    managers = {m["manager"]: m for m in full["metadata"]["managedFields"] if m["operation"] == "Apply"}
     assert "f:replicas" not in json.dumps(managers["qwen-fleet"]["fieldsV1"]["f:spec"])
 
 

@@ -389,7 +389,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("outdir", type=Path)
     for f in dataclasses.fields(TinyQwen):
-        parser.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=type(f.default), default=f.default)
+        parser.add_argument(
+            f"--{f.name.replace('_', '-')}", dest=f.name, type=type(f.default), default=f.default
+        )
     args = vars(parser.parse_args(argv))
     outdir = args.pop("outdir")
     write_model(outdir, TinyQwen(**args))

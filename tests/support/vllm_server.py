@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
+
 from qwen_fleet.devcluster.processes import _die_with_parent
 
 from .tiny_qwen import vllm_python
@@ -131,7 +132,7 @@ class VllmServer:
                 env=self.environment(),
                 cwd=self.log_path.parent,
                 start_new_session=True,  # one process group: the API server and its engine core
-                preexec_fn=_die_with_parent,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - prctl must run in the child; tests fork from one thread
             )
         try:
             self._wait_ready()
@@ -163,10 +164,12 @@ class VllmServer:
         deadline = time.monotonic() + self.startup_timeout
         check = self._healthy if self.ready == "health" else self._kv_cache_logged
         while time.monotonic() < deadline:
-            if not self.running():
-                raise RuntimeError(f"vLLM server exited ({self.returncode()}) during start-up:\n{self.tail()}")
-            if check():
+            if check():  # first: a server may log its KV cache and then fail (e.g. FP8 on AVX2)
                 return
+            if not self.running():
+                raise RuntimeError(
+                    f"vLLM server exited ({self.returncode()}) during start-up:\n{self.tail()}"
+                )
             time.sleep(0.5)
         raise TimeoutError(f"vLLM server not ready after {self.startup_timeout:.0f}s:\n{self.tail()}")
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from qwen_fleet.catalog.types import GpuFacts, ModelFacts
 from qwen_fleet.plan.capacity_vllm import (
     GIB,
+    KvPool,
     cdiv,
     cpu_kv_cache_tokens,
     dtype_bytes,
@@ -157,7 +158,8 @@ def weight_bytes(model: ModelFacts, dtype: str = "auto", quantization: str | Non
     """Bytes of all weights (every expert of a MoE model) as loaded by the engine."""
     quant = quantization or model.weight_quantization
     full = dtype_bytes(model_dtype(model, dtype))
-    params = model.params_billion * 1e9
+    # The checkpoint's count where known: it includes what vLLM loads beside the language model.
+    params = (model.checkpoint_params_billion or model.params_billion) * 1e9
     if quant is None:
         return int(params * full)
     embeddings = model.vocab_size * model.hidden_size * (1 if model.tie_word_embeddings else 2)
@@ -195,8 +197,13 @@ def default_max_num_batched_tokens(gpu_memory_gib: float) -> tuple[int, int]:
 
 
 def overhead_bytes_per_gpu(
-    model: ModelFacts, max_num_batched_tokens: int, max_num_seqs: int, tensor_parallel: int = 1,
-    pipeline_parallel: int = 1, dtype: str = "auto",
+    model: ModelFacts,
+    *,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    tensor_parallel: int = 1,
+    pipeline_parallel: int = 1,
+    dtype: str = "auto",
 ) -> int:
     """Estimated non-KV, non-weight memory: the profiling run's activation peak, float32 logits for
     ``max_num_seqs`` sequences, and non-torch allocations (plus NCCL buffers when sharded)."""
@@ -217,28 +224,61 @@ def plan_capacity(inp: CapacityInput) -> Capacity:
     batched = inp.max_num_batched_tokens or default_tokens
     quant = inp.quantization or model.weight_quantization
     if quant is not None and quant not in QUANTIZED_BYTES_PER_PARAM:
-        problems.append(Problem("UnknownQuantization", f"Quantization {quant!r} is not one of "
-                                f"{', '.join(sorted(QUANTIZED_BYTES_PER_PARAM))}."))
+        problems.append(
+            Problem(
+                "UnknownQuantization",
+                f"Quantization {quant!r} is not one of {', '.join(sorted(QUANTIZED_BYTES_PER_PARAM))}.",
+            )
+        )
         quant = None
     tp_ok, pp_ok = max(tp, 1), max(pp, 1)
-    weights = max(0, weight_bytes_per_gpu(model, tp_ok, pp_ok, inp.dtype, quant)
-                  - int(inp.cpu_offload_gib * GIB))
-    overhead = (int(inp.overhead_gib * GIB) if inp.overhead_gib is not None
-                else overhead_bytes_per_gpu(model, batched, max_num_seqs, tp_ok, pp_ok, inp.dtype))
+    weights = max(
+        0, weight_bytes_per_gpu(model, tp_ok, pp_ok, inp.dtype, quant) - int(inp.cpu_offload_gib * GIB)
+    )
+    overhead = (
+        int(inp.overhead_gib * GIB)
+        if inp.overhead_gib is not None
+        else overhead_bytes_per_gpu(
+            model,
+            max_num_batched_tokens=batched,
+            max_num_seqs=max_num_seqs,
+            tensor_parallel=tp_ok,
+            pipeline_parallel=pp_ok,
+            dtype=inp.dtype,
+        )
+    )
     usable = int(inp.gpu_memory_gib * GIB * inp.gpu_memory_utilization)
     kv_space = max(0, usable - weights - overhead)
-    pool = kv_pool(model, device="gpu", tensor_parallel=tp_ok, pipeline_parallel=pp_ok,
-                   block_size=inp.block_size, kv_cache_dtype=inp.kv_cache_dtype, dtype=inp.dtype,
-                   prefix_caching=inp.prefix_caching, mamba_ssm_cache_dtype=inp.mamba_ssm_cache_dtype)
+    pool = kv_pool(
+        model,
+        device="gpu",
+        tensor_parallel=tp_ok,
+        pipeline_parallel=pp_ok,
+        block_size=inp.block_size,
+        kv_cache_dtype=inp.kv_cache_dtype,
+        dtype=inp.dtype,
+        prefix_caching=inp.prefix_caching,
+        mamba_ssm_cache_dtype=inp.mamba_ssm_cache_dtype,
+    )
     if not problems:
-        problems += _memory_problems(inp, usable, weights, overhead, kv_space, pool, max_len)
+        problems += _memory_problems(
+            inp,
+            usable=usable,
+            weights=weights,
+            overhead=overhead,
+            kv_space=kv_space,
+            pool=pool,
+            max_len=max_len,
+        )
     concurrency = pool.max_concurrency(kv_space, max_len)
     return Capacity(
         input=inp,
         weight_bytes_per_gpu=weights,
         overhead_bytes_per_gpu=overhead,
         kv_bytes_per_token=kv_bytes_per_token(model, inp.kv_cache_dtype, inp.dtype),
-        kv_bytes_per_token_per_gpu=kv_bytes_per_token_per_gpu(model, tp_ok, pp_ok, inp.kv_cache_dtype, inp.dtype),
+        kv_bytes_per_token_per_gpu=kv_bytes_per_token_per_gpu(
+            model, tp_ok, pp_ok, inp.kv_cache_dtype, inp.dtype
+        ),
         state_bytes_per_sequence=state_bytes_per_sequence(model, 1, inp.dtype, inp.mamba_ssm_cache_dtype),
         kv_cache_bytes_per_gpu=kv_space,
         block_size=pool.block_size,
@@ -258,56 +298,80 @@ def _parallelism_problems(inp: CapacityInput) -> list[Problem]:
     if tp < 1 or pp < 1:
         return [Problem("InvalidParallelism", f"Tensor ({tp}) and pipeline ({pp}) sizes must be at least 1.")]
     problems = []
-    if (what := _tensor_size_problem(model, tp)):
+    if what := _tensor_size_problem(model, tp):
         sizes = ", ".join(map(str, valid_tensor_sizes(model)))
-        problems.append(Problem("TensorSizeDoesNotDivideHeads",
-                                f"Tensor-parallel size {tp} does not divide {what} of {model.name}; "
-                                f"valid sizes up to 8: {sizes}."))
+        problems.append(
+            Problem(
+                "TensorSizeDoesNotDivideHeads",
+                f"Tensor-parallel size {tp} does not divide {what} of {model.name}; "
+                f"valid sizes up to 8: {sizes}.",
+            )
+        )
     if pp > model.num_layers:
-        problems.append(Problem("PipelineSizeExceedsLayers",
-                                f"Pipeline-parallel size {pp} exceeds the {model.num_layers} layers of {model.name}."))
+        problems.append(
+            Problem(
+                "PipelineSizeExceedsLayers",
+                f"Pipeline-parallel size {pp} exceeds the {model.num_layers} layers of {model.name}.",
+            )
+        )
     return problems
 
 
 def _memory_problems(
-    inp: CapacityInput, usable: int, weights: int, overhead: int, kv_space: int,
-    pool: object, max_len: int,
+    inp: CapacityInput, *, usable: int, weights: int, overhead: int, kv_space: int, pool: KvPool, max_len: int
 ) -> list[Problem]:
-    from qwen_fleet.plan.capacity_vllm import KvPool
-
-    assert isinstance(pool, KvPool)
     where = f"{inp.gpu_memory_gib:g} GiB x {inp.gpu_memory_utilization:g} utilization"
     per = f"per GPU (tensor {inp.tensor_parallel} x pipeline {inp.pipeline_parallel})"
     if weights > usable:
-        return [Problem("WeightsDoNotFit",
-                        f"{inp.model.name} needs {_gib(weights)} GiB of weights {per}, more than the "
-                        f"{_gib(usable)} GiB usable ({where}); use more GPUs, quantization or a larger GPU.")]
+        return [
+            Problem(
+                "WeightsDoNotFit",
+                f"{inp.model.name} needs {_gib(weights)} GiB of weights {per}, more than the "
+                f"{_gib(usable)} GiB usable ({where}); use more GPUs, quantization or a larger GPU.",
+            )
+        ]
     if kv_space <= 0 or pool.num_blocks(kv_space) < 2:
-        return [Problem("NoMemoryForKVCache",
-                        f"After {_gib(weights)} GiB of weights and ~{_gib(overhead)} GiB of activations {per}, "
-                        f"nothing of the {_gib(usable)} GiB usable ({where}) is left for the KV cache.")]
+        return [
+            Problem(
+                "NoMemoryForKVCache",
+                f"After {_gib(weights)} GiB of weights and ~{_gib(overhead)} GiB of activations {per}, "
+                f"nothing of the {_gib(usable)} GiB usable ({where}) is left for the KV cache.",
+            )
+        ]
     if not pool.fits_one_sequence(kv_space, max_len):
         longest = pool.longest_sequence(kv_space)
-        return [Problem("MaxModelLenExceedsKVCache",
-                        f"One sequence of max_model_len {max_len:,} tokens needs "
-                        f"{_gib((pool.blocks_per_sequence(max_len) + 1) * pool.bytes_per_block)} GiB of KV cache "
-                        f"{per} but only {_gib(kv_space)} GiB is free; the longest that fits is "
-                        f"{longest:,} tokens.")]
+        return [
+            Problem(
+                "MaxModelLenExceedsKVCache",
+                f"One sequence of max_model_len {max_len:,} tokens needs "
+                f"{_gib((pool.blocks_per_sequence(max_len) + 1) * pool.bytes_per_block)} GiB of KV cache "
+                f"{per} but only {_gib(kv_space)} GiB is free; the longest that fits is "
+                f"{longest:,} tokens.",
+            )
+        ]
     return []
 
 
-def _warnings(inp: CapacityInput, max_len: int, max_num_seqs: int, batched: int, concurrency: float) -> list[str]:
+def _warnings(
+    inp: CapacityInput, max_len: int, max_num_seqs: int, batched: int, concurrency: float
+) -> list[str]:
     out = []
     if max_len > inp.model.native_context:
-        out.append(f"max_model_len {max_len:,} is above the native context {inp.model.native_context:,} of "
-                   f"{inp.model.name}: quality degrades without RoPE scaling (YaRN), and vLLM refuses it "
-                   "unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.")
+        out.append(
+            f"max_model_len {max_len:,} is above the native context {inp.model.native_context:,} of "
+            f"{inp.model.name}: quality degrades without RoPE scaling (YaRN), and vLLM refuses it "
+            "unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
+        )
     if 1 <= concurrency < max_num_seqs:
-        out.append(f"max_num_seqs {max_num_seqs} exceeds the {int(concurrency)} sequences of {max_len:,} "
-                   "tokens the KV cache holds; vLLM preempts (recomputes) requests when long ones coincide.")
+        out.append(
+            f"max_num_seqs {max_num_seqs} exceeds the {int(concurrency)} sequences of {max_len:,} "
+            "tokens the KV cache holds; vLLM preempts (recomputes) requests when long ones coincide."
+        )
     if batched < max_len and not inp.model.linear_attention:
-        out.append(f"max_num_batched_tokens {batched:,} is below max_model_len {max_len:,}: long prompts "
-                   "are prefilled in chunks (chunked prefill must stay on).")
+        out.append(
+            f"max_num_batched_tokens {batched:,} is below max_model_len {max_len:,}: long prompts "
+            "are prefilled in chunks (chunked prefill must stay on)."
+        )
     return out
 
 
@@ -344,24 +408,41 @@ def suggest_batching(
     E.g. the seed's advice for Qwen2.5-7B-Instruct on an A10G (max_num_seqs 64, max_num_batched_tokens
     2048, gpu_memory_utilization 0.8): the result says what max_num_seqs the KV cache really holds.
     """
-    cap = plan_capacity(CapacityInput(
-        model=model, gpu_memory_gib=gpu.memory_gib, tensor_parallel=tensor_parallel,
-        gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens, quantization=quantization, kv_cache_dtype=kv_cache_dtype,
-    ))
+    cap = plan_capacity(
+        CapacityInput(
+            model=model,
+            gpu_memory_gib=gpu.memory_gib,
+            tensor_parallel=tensor_parallel,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            quantization=quantization,
+            kv_cache_dtype=kv_cache_dtype,
+        )
+    )
     fits = cap.max_concurrent_sequences if cap.feasible else 0
     seqs = max(1, min(cap.max_num_seqs, fits)) if fits else 0
     notes = [p.message for p in cap.problems]
     if cap.feasible and fits < cap.max_num_seqs:
-        notes.append(f"{gpu.short_name}: the KV cache ({cap.kv_cache_tokens:,} tokens) holds {fits} sequences "
-                     f"of {max_model_len:,} tokens, fewer than max_num_seqs {cap.max_num_seqs}; use "
-                     f"max_num_seqs {seqs}, a shorter max_model_len, an FP8 KV cache or more GPUs.")
+        notes.append(
+            f"{gpu.short_name}: the KV cache ({cap.kv_cache_tokens:,} tokens) holds {fits} sequences "
+            f"of {max_model_len:,} tokens, fewer than max_num_seqs {cap.max_num_seqs}; use "
+            f"max_num_seqs {seqs}, a shorter max_model_len, an FP8 KV cache or more GPUs."
+        )
     elif cap.feasible:
-        notes.append(f"{gpu.short_name}: the KV cache ({cap.kv_cache_tokens:,} tokens) holds {fits} sequences of "
-                     f"{max_model_len:,} tokens; max_num_seqs {cap.max_num_seqs} never waits for KV blocks.")
-    return BatchingAdvice(max_model_len=max_model_len, max_num_seqs=seqs,
-                          max_num_batched_tokens=cap.max_num_batched_tokens,
-                          gpu_memory_utilization=gpu_memory_utilization, capacity=cap, notes=tuple(notes))
+        notes.append(
+            f"{gpu.short_name}: the KV cache ({cap.kv_cache_tokens:,} tokens) holds {fits} sequences of "
+            f"{max_model_len:,} tokens; max_num_seqs {cap.max_num_seqs} never waits for KV blocks."
+        )
+    return BatchingAdvice(
+        max_model_len=max_model_len,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=cap.max_num_batched_tokens,
+        gpu_memory_utilization=gpu_memory_utilization,
+        capacity=cap,
+        notes=tuple(notes),
+    )
 
 
 TABLE_COLUMNS = ("MODEL", "GPUS", "WEIGHTS/GPU", "KV/GPU", "KV TOKENS", "CONTEXT", "SEQS@CONTEXT", "STATUS")
@@ -372,15 +453,19 @@ def format_capacity_table(rows: Sequence[Capacity]) -> str:
     lines = [TABLE_COLUMNS]
     for cap in rows:
         status = ",".join(p.reason for p in cap.problems) or ("ok" if not cap.warnings else "ok (warnings)")
-        lines.append((
-            cap.input.model.name,
-            f"{cap.input.tensor_parallel}x{cap.input.pipeline_parallel}",
-            _gib(cap.weight_bytes_per_gpu),
-            _gib(cap.kv_cache_bytes_per_gpu),
-            f"{cap.kv_cache_tokens:,}",
-            f"{cap.max_model_len:,}",
-            f"{cap.max_concurrency:.1f}",
-            status,
-        ))
+        lines.append(
+            (
+                cap.input.model.name,
+                f"{cap.input.tensor_parallel}x{cap.input.pipeline_parallel}",
+                _gib(cap.weight_bytes_per_gpu),
+                _gib(cap.kv_cache_bytes_per_gpu),
+                f"{cap.kv_cache_tokens:,}",
+                f"{cap.max_model_len:,}",
+                f"{cap.max_concurrency:.1f}",
+                status,
+            )
+        )
     widths = [max(len(row[i]) for row in lines) for i in range(len(TABLE_COLUMNS))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in lines)
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in lines
+    )

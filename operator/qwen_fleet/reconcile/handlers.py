@@ -51,6 +51,7 @@ class Runtime:
         self.kube: KubeClient | None = None
         self.controller: Controller | None = None
         self.tasks: list[asyncio.Task[None]] = []
+        self.pending_events: set[asyncio.Task[None]] = set()
 
 
 RUNTIME = Runtime()
@@ -63,12 +64,14 @@ def _resource_key(body: Any) -> Key:
 # --- startup and shutdown -----------------------------------------------------------------------------------
 
 @kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, indices: Any, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     """Every kopf setting in one place."""
     cfg = RUNTIME.config
     # Only our explicit Events reach the cluster; kopf's per-object log lines stay in the log.
     settings.posting.level = logging.WARNING
     settings.posting.loggers = False
+    # kopf logs every handled event at INFO: at fleet scale that is noise (and CPU). Failures still show.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     # Own prefixes, in case a cause handler is ever added: never clash with other kopf operators.
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
@@ -79,8 +82,9 @@ async def configure(settings: kopf.OperatorSettings, indices: Any, **_: Any) -> 
     settings.watching.server_timeout = 600  # periodic relists bound any missed event
     settings.execution.max_workers = cfg.workers
     settings.queueing.worker_limit = None  # per-object workers are cheap coroutines
-    RUNTIME.store.children_indexes = [indices[f"children_{plural}"] for _, _, plural in CHILD_RESOURCES]
-    RUNTIME.store.pods_index = indices["pods_index"]
+    # kopf hands every index to handlers as a keyword argument named after the index.
+    RUNTIME.store.children_indexes = [kwargs[f"children_{plural}"] for _, _, plural in CHILD_RESOURCES]
+    RUNTIME.store.pods_index = kwargs["pods_index"]
     RUNTIME.kube = KubeClient.from_environment(workers=cfg.workers)
     RUNTIME.controller = Controller(RUNTIME.kube, cfg, RUNTIME.store, emit=_emit)
     await RUNTIME.controller.refresh_capabilities()
@@ -102,23 +106,32 @@ async def shutdown(**_: Any) -> None:
 
 
 @kopf.on.probe(id="queue")
-def queue_depth(**_: Any) -> int:
+async def queue_depth(**_: Any) -> int:
     return len(RUNTIME.queue)
 
 
 def _emit(resource: dict[str, Any], type_: str, reason: str, message: str) -> None:
+    """Post an Event in the background; a lost Event is logged, never fatal."""
+    kube = RUNTIME.kube
+    if kube is None:
+        return
     ref = {"apiVersion": resource.get("apiVersion", f"{GROUP}/{VERSION}"), "kind": resource.get("kind", KIND),
            "metadata": resource.get("metadata", {})}
-    try:
-        kopf.event(ref, type=type_, reason=reason, message=message)
-    except LookupError:  # outside kopf's context (tests driving the controller directly)
-        log.info("event %s %s: %s", type_, reason, message)
+    task = asyncio.get_running_loop().create_task(kube.post_event(ref, type_, reason, message))
+    RUNTIME.pending_events.add(task)
+    task.add_done_callback(_event_done)
+
+
+def _event_done(task: asyncio.Task[None]) -> None:
+    RUNTIME.pending_events.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("could not post an Event: %s", task.exception())
 
 
 # --- watches -----------------------------------------------------------------------------------------------
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-def resource_event(event: dict[str, Any], **_: Any) -> None:
+async def resource_event(event: dict[str, Any], **_: Any) -> None:
     body = event.get("object") or {}
     if not body.get("metadata"):
         return
@@ -131,12 +144,12 @@ def resource_event(event: dict[str, Any], **_: Any) -> None:
     RUNTIME.queue.add(key)
 
 
-def _index_child(body: Any) -> dict[Key, str] | None:
+async def _index_child(body: Any, **_: Any) -> dict[Key, str] | None:
     owner = owner_key(body)
     return {owner: compact_child(body)} if owner else None
 
 
-def _child_event(event: dict[str, Any], **_: Any) -> None:
+async def _child_event(event: dict[str, Any], **_: Any) -> None:
     body = event.get("object") or {}
     owner = owner_key(body)
     if owner is None:
@@ -152,13 +165,13 @@ for _group, _version, _plural in CHILD_RESOURCES:
 
 
 @kopf.index("", "v1", "pods", labels={INSTANCE_LABEL: kopf.PRESENT}, id="pods_index")
-def _pods(body: Any, **_: Any) -> dict[Key, dict[str, Any]] | None:
+async def _pods(body: Any, **_: Any) -> dict[Key, dict[str, Any]] | None:
     key = instance_key(body)
     return {key: pod_summary(body)} if key else None
 
 
 @kopf.on.event("", "v1", "pods", labels={INSTANCE_LABEL: kopf.PRESENT})
-def pod_event(event: dict[str, Any], **_: Any) -> None:
+async def pod_event(event: dict[str, Any], **_: Any) -> None:
     key = instance_key(event.get("object") or {})
     if key is not None and key in RUNTIME.store.resources:
         RUNTIME.queue.add(key)

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections import Counter
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client as k8s_client
@@ -144,6 +146,23 @@ class KubeClient:
         except KubeError as err:
             if err.status != 404:
                 raise
+
+    async def post_event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        """A core/v1 Event about ``obj`` (what `kubectl describe` and `kubectl get events` show)."""
+        meta = obj.get("metadata") or {}
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name')}.", "namespace": meta.get("namespace")},
+            "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+                               "name": meta.get("name"), "namespace": meta.get("namespace"),
+                               "uid": meta.get("uid")},
+            "type": type_, "reason": reason, "message": message[:1024],
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            "source": {"component": FIELD_MANAGER}, "reportingComponent": FIELD_MANAGER,
+            "reportingInstance": socket.gethostname()[:128],
+        }
+        await self.request("POST", object_path("v1", "Event", meta.get("namespace")), body=event)
 
     async def get(self, path: str) -> Any:
         return await self.request("GET", path)

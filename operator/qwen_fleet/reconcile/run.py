@@ -77,6 +77,10 @@ def run_operator(verbose: bool = False) -> int:
                         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s", stream=sys.stderr)
     for noisy in ("kubernetes", "urllib3", "aiohttp"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # A kubeconfig with insecure-skip-tls-verify (local clusters) is the user's choice: say it once, not per call.
+    import urllib3
+
+    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
     problem = preflight(config)
     if problem:
         print(f"qwen-fleet: {problem}", file=sys.stderr)

@@ -1,0 +1,136 @@
+"""The capacity planner's KV-cache arithmetic equals what the real vLLM engine logs.
+
+Each configuration starts the CPU engine on a tiny model with an explicit KV space and compares the
+planner's ``cpu_kv_cache_tokens`` with the engine's "CPU KV cache size: N tokens" line, to the token.
+The configurations vary what the arithmetic depends on: KV space, layers and KV heads, model dtype,
+KV-cache dtype (FP8), block size, a max_model_len that is not a multiple of the block, and a hybrid
+Gated DeltaNet model (Qwen3-Next layout), whose block size and state pages vLLM aligns.
+
+Starts other than the shared serving server stop at the log line (``ready="kv-cache"``) and run with
+``--enforce-eager``: with an explicit KV space the engine then skips compilation and warm-up, which
+do not change the KV cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from qwen_fleet.plan.capacity_vllm import GIB, cpu_kv_cache_tokens, kv_pool
+from tests.contract.conftest import TINY_KV_SPACE_GIB
+from tests.support.tiny_qwen import TinyQwen, make_tiny_model
+from tests.support.vllm_server import VllmServer
+
+pytestmark = pytest.mark.vllm
+
+
+@dataclass(frozen=True)
+class EngineCase:
+    id: str
+    model: TinyQwen
+    kv_space_gib: int
+    max_model_len: int
+    block_size: int | None = None
+    kv_cache_dtype: str = "auto"
+    extra_args: tuple[str, ...] = field(default=())
+    ready: str = "kv-cache"
+
+    def argv(self) -> list[str]:
+        args = ["--max-model-len", str(self.max_model_len), "--max-num-seqs", "8", "--enforce-eager"]
+        if self.block_size:
+            args += ["--block-size", str(self.block_size)]
+        if self.kv_cache_dtype != "auto":
+            args += ["--kv-cache-dtype", self.kv_cache_dtype]
+        return args + list(self.extra_args)
+
+    def planned_tokens(self) -> int:
+        return cpu_kv_cache_tokens(
+            self.model.facts(),
+            self.kv_space_gib * GIB,
+            self.max_model_len,
+            block_size=self.block_size,
+            kv_cache_dtype=self.kv_cache_dtype,
+        )
+
+
+CASES = [
+    # 3 layers, 2 KV heads, float32 weights (so float32 KV): 3,072 bytes/token; 32-token blocks and a
+    # length of 1000 (32 blocks per sequence, 24 tokens of the last one unused): 682,656 tokens, not
+    # the 699,050 that 2 GiB / 3,072 B would suggest.
+    EngineCase(
+        id="fp32-3layers-2kvheads-block32-len1000-2GiB",
+        model=TinyQwen(layers=3, hidden=256, intermediate=512, heads=4, kv_heads=2, dtype="float32"),
+        kv_space_gib=2,
+        max_model_len=1000,
+        block_size=32,
+    ),
+    # FP8 KV cache: one byte per element, 256 bytes/token; 256-token blocks, length 2000 (8 blocks).
+    # The engine sizes the cache before it picks a kernel; on CPUs without AVX-512 it then refuses FP8
+    # ("FP8 KV cache on CPU requires x86 with AVX-512 or AMX."): the sizing is still the engine's own.
+    EngineCase(
+        id="fp8-kv-block256-len2000-1GiB",
+        model=TinyQwen(),
+        kv_space_gib=1,
+        max_model_len=2000,
+        block_size=256,
+        kv_cache_dtype="fp8",
+    ),
+    # Hybrid (Qwen3-Next layout: 3 Gated DeltaNet layers, 1 full-attention layer). vLLM grows the block
+    # to 384 tokens so one attention page holds a 68,608-byte recurrent state, and with prefix caching
+    # (the default) keeps 2 state blocks per linear group: 1,242,680 tokens. Served, not only sized.
+    EngineCase(
+        id="hybrid-qwen3-next-1GiB",
+        model=TinyQwen(kind="qwen3_next", layers=4),
+        kv_space_gib=1,
+        max_model_len=1024,
+        ready="health",
+    ),
+]
+
+
+def test_default_server_kv_cache_matches_planner(tiny_vllm: VllmServer, tiny_qwen: TinyQwen) -> None:
+    """FACTS.md's configuration: 2 layers x 1 KV head x 64 x bf16 = 512 B/token, 1 GiB."""
+    planned = cpu_kv_cache_tokens(tiny_qwen.facts(), TINY_KV_SPACE_GIB * GIB, 1024)
+    assert planned == 2_097_152
+    assert tiny_vllm.kv_cache_tokens() == planned
+    pool = kv_pool(tiny_qwen.facts(), device="cpu")
+    assert tiny_vllm.max_concurrency() == pytest.approx(pool.max_concurrency(GIB, 1024), abs=0.005)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_engine_kv_cache_matches_planner(case: EngineCase, tmp_path: Path, vllm_python: str) -> None:
+    model_dir = make_tiny_model(tmp_path / "model", case.model, python=vllm_python)
+    server = VllmServer(
+        case.argv(),
+        {"VLLM_CPU_KVCACHE_SPACE": str(case.kv_space_gib)},
+        model_dir,
+        python=vllm_python,
+        log_path=tmp_path / "vllm.log",
+        ready=case.ready,
+    )
+    with server:
+        logged = server.kv_cache_tokens()
+        concurrency = server.max_concurrency()
+        if case.ready == "health":  # the engine does not only size this model: it serves it
+            status, reply = server.post_json(
+                "/v1/chat/completions",
+                {"model": "qwen-tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+            )
+            assert status == 200, reply
+            assert reply["usage"]["completion_tokens"] >= 1
+        pids = server.group_pids()
+    assert not server.group_pids()  # stopped, engine core and worker included
+    if case.ready == "health":
+        assert len(pids) >= 3, pids  # API server, engine core, worker
+
+    assert logged == case.planned_tokens(), server.tail()
+    pool = kv_pool(
+        case.model.facts(), device="cpu", block_size=case.block_size, kv_cache_dtype=case.kv_cache_dtype
+    )
+    assert concurrency == pytest.approx(
+        pool.max_concurrency(case.kv_space_gib * GIB, case.max_model_len), abs=0.005
+    )
+    if pool.state_groups:
+        assert f"Setting attention block size to {pool.block_size} tokens" in server.log()

@@ -1,0 +1,117 @@
+"""The real vLLM engine serves the tiny Qwen2 model: the API, probes and metrics the operator relies on."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from tests.support.vllm_server import VllmServer
+
+pytestmark = pytest.mark.vllm
+
+# Names the chart's probes, the HPA and the dashboards read (FACTS.md lists what 0.32 exports).
+GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
+COUNTERS = (
+    "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total",
+    "vllm:request_success_total",
+    "vllm:num_preemptions_total",
+    "vllm:prefix_cache_queries_total",
+)
+HISTOGRAMS = (
+    "vllm:time_to_first_token_seconds",
+    "vllm:inter_token_latency_seconds",
+    "vllm:e2e_request_latency_seconds",
+    "vllm:request_queue_time_seconds",
+)
+
+
+def chat(server: VllmServer, content: str, max_tokens: int) -> tuple[int, Any]:
+    return server.post_json(
+        "/v1/chat/completions",
+        {
+            "model": server.served_model_name,
+            "messages": [{"role": "user", "content": content}],
+            "max_tokens": max_tokens,
+            "ignore_eos": True,  # random weights: make the length deterministic
+        },
+    )
+
+
+def test_health_and_models(tiny_vllm: VllmServer) -> None:
+    assert tiny_vllm.get("/health")[0] == 200
+    status, body = tiny_vllm.get("/v1/models")
+    assert status == 200, body
+    assert '"id":"qwen-tiny"' in body.replace(" ", "")
+    assert '"max_model_len":1024' in body.replace(" ", "")
+
+
+def test_chat_and_completions_answer(tiny_vllm: VllmServer) -> None:
+    status, reply = chat(tiny_vllm, "Hello, who are you?", max_tokens=12)
+    assert status == 200, reply
+    choice = reply["choices"][0]
+    assert choice["message"]["role"] == "assistant"
+    assert isinstance(choice["message"]["content"], str)
+    assert reply["usage"]["completion_tokens"] == 12
+    assert choice["finish_reason"] == "length"
+    # The ChatML template wrapped the message: the prompt is longer than the raw bytes of the text.
+    assert reply["usage"]["prompt_tokens"] > len(b"Hello, who are you?")
+
+    status, reply = tiny_vllm.post_json(
+        "/v1/completions",
+        {"model": "qwen-tiny", "prompt": "abc", "max_tokens": 5, "ignore_eos": True},
+    )
+    assert status == 200, reply
+    # Byte-level BPE without merges: one token per byte, no BOS.
+    assert (reply["usage"]["prompt_tokens"], reply["usage"]["completion_tokens"]) == (3, 5)
+
+
+def test_unknown_model_is_rejected(tiny_vllm: VllmServer) -> None:
+    status, _ = tiny_vllm.post_json(
+        "/v1/completions", {"model": "not-served", "prompt": "a", "max_tokens": 1}
+    )
+    assert status == 404
+
+
+def test_metrics_names(tiny_vllm: VllmServer) -> None:
+    assert chat(tiny_vllm, "count", max_tokens=4)[0] == 200
+    names = tiny_vllm.metrics()
+    for name in GAUGES + COUNTERS:
+        assert name in names, f"{name} missing from /metrics"
+    for name in HISTOGRAMS:
+        assert f"{name}_bucket" in names, name
+        assert f"{name}_count" in names, name
+    assert names["vllm:generation_tokens_total"] >= 4
+    assert names["vllm:request_success_total"] >= 1
+    assert "vllm:gpu_cache_usage_perc" not in names  # renamed kv_cache_usage_perc; dashboards must follow
+
+
+def test_queue_depth_is_observable(tiny_vllm: VllmServer) -> None:
+    """More concurrent requests than --max-num-seqs 8: the surplus waits, and the gauge shows it."""
+    stop = threading.Event()
+    peak = {"waiting": 0.0, "running": 0.0, "kv": 0.0}
+
+    def watch() -> None:
+        while not stop.is_set():
+            m = tiny_vllm.metrics()
+            peak["waiting"] = max(peak["waiting"], m["vllm:num_requests_waiting"])
+            peak["running"] = max(peak["running"], m["vllm:num_requests_running"])
+            peak["kv"] = max(peak["kv"], m["vllm:kv_cache_usage_perc"])
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        with ThreadPoolExecutor(max_workers=24) as pool:
+            results = list(pool.map(lambda i: chat(tiny_vllm, f"request {i}", 128)[0], range(24)))
+    finally:
+        stop.set()
+        watcher.join(timeout=10)
+    assert results == [200] * 24
+    assert 1 <= peak["running"] <= 8  # --max-num-seqs caps the batch ...
+    assert 1 <= peak["waiting"] <= 16  # ... and the rest queue, visibly (the HPA's signal)
+    assert 0 < peak["kv"] < 1
