@@ -101,15 +101,22 @@ class AutoscalingStatus(ApiModel):
 
 
 class NcclStatus(ApiModel):
-    """Latest NCCL preflight result reported by a serving pod."""
+    """Latest NCCL preflight result reported by a serving pod (the init container's termination message)."""
 
-    gpus: int | None = Field(default=None, description="GPUs in the all-reduce.")
-    small_message_latency_microseconds: float | None = Field(default=None, description="Worst small-message "
-                                                             "all-reduce latency.")
-    bus_bandwidth_g_bps: float | None = Field(default=None, alias="busBandwidthGBps",
-                                              description="Large-message bus bandwidth (GB/s).")
     passed: bool | None = Field(default=None, description="Whether the thresholds held.")
+    outcome: Literal["passed", "below-threshold", "error"] | None = Field(
+        default=None, description="passed, below-threshold, or error (the check could not run).")
     message: str = Field(default="", description="Result in words.")
+    gpus: int | None = Field(default=None, description="GPUs in the all-reduce.")
+    backend: str | None = Field(default=None, description="torch.distributed backend (nccl in pods).")
+    small_message_latency_microseconds: float | None = Field(default=None, description="Worst small-message "
+                                                             "(8 B to 64 KiB) all-reduce latency.")
+    small_message_latency_bytes: int | None = Field(default=None, description="Message size of that worst "
+                                                    "latency.")
+    bus_bandwidth_g_bps: float | None = Field(default=None, alias="busBandwidthGBps",
+                                              description="Large-message bus bandwidth (GB/s, nccl-tests "
+                                              "definition).")
+    nccl_version: str | None = Field(default=None, description="NCCL version the check ran with.")
     checked_at: str | None = Field(default=None, description="When the check ran (RFC 3339).")
     pod: str | None = Field(default=None, description="Pod that ran it.")
 

@@ -35,6 +35,10 @@ _API_VERSIONS = {"HorizontalPodAutoscaler": "autoscaling/v2", "PodDisruptionBudg
                  "ServiceMonitor": "monitoring.coreos.com/v1", "PrometheusRule": "monitoring.coreos.com/v1",
                  "ConfigMap": "v1", "PersistentVolumeClaim": "v1"}
 
+# Ready reasons that deserve a Warning Event when they appear (see reconcile/status.py).
+TROUBLE = {"NCCLPreflightFailed", "PodsPending", "CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull",
+           "CreateContainerConfigError", "Retrying"}
+
 EmitEvent = Callable[[dict[str, Any], str, str, str], None]  # (resource, type, reason, message)
 
 
@@ -169,6 +173,8 @@ class Controller:
                 self.emit(raw, "Warning", cond["reason"], cond["message"])
             elif cond["type"] == "Ready" and cond["status"] == "True":
                 self.emit(raw, "Normal", "Ready", cond["message"])
+            elif cond["type"] == "Ready" and cond["reason"] in TROUBLE:
+                self.emit(raw, "Warning", cond["reason"], cond["message"])
             elif cond["type"] == "Ready" and prev is not None and prev.get("status") == "True":
                 self.emit(raw, "Warning", "NotReady", f"{cond['reason']}: {cond['message']}")
             elif cond["type"] in ("ScalingActive", "ScalingLimited") and prev is not None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
 from qwen_fleet.api import QwenInference
 from qwen_fleet.plan import HF_HOME, MODEL_MOUNT, Plan
+from qwen_fleet.preflight.report import SCRIPT_MOUNT_PATH, SCRIPT_NAME, preflight_command
 from qwen_fleet.render.common import (
     CONTAINER_NAME,
     HTTP_PORT_NAME,
@@ -18,8 +20,8 @@ from qwen_fleet.render.common import (
 from qwen_fleet.render.engine_args import SERVER_COMMAND, engine_args
 
 PREFLIGHT_CONTAINER = "nccl-preflight"
-PREFLIGHT_MOUNT = "/opt/qwen-fleet/preflight"
-PREFLIGHT_SCRIPT = "nccl_preflight.py"
+PREFLIGHT_MOUNT = SCRIPT_MOUNT_PATH.rsplit("/", 1)[0]
+PREFLIGHT_SCRIPT = SCRIPT_NAME
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 DRAIN_MARGIN_SECONDS = 15  # termination grace beyond preStop + vLLM's shutdown timeout
 
@@ -84,14 +86,19 @@ def _resources(cr: QwenInference, plan: Plan) -> dict[str, Any]:
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
+def _health() -> dict[str, Any]:
+    return {"path": "/health", "port": HTTP_PORT_NAME}
+
+
 def _probes(cr: QwenInference) -> dict[str, Any]:
-    health = {"path": "/health", "port": HTTP_PORT_NAME}
     startup_period = 10
+    # Startup: patient enough for a download and load (startupTimeoutSeconds); liveness only starts after it.
     return {
-        "startupProbe": {"httpGet": health, "periodSeconds": startup_period, "timeoutSeconds": 5,
+        "startupProbe": {"httpGet": _health(), "periodSeconds": startup_period, "timeoutSeconds": 5,
                          "failureThreshold": math.ceil(cr.spec.engine.startup_timeout_seconds / startup_period)},
-        "readinessProbe": {"httpGet": health, "periodSeconds": 5, "timeoutSeconds": 3, "failureThreshold": 3},
-        "livenessProbe": {"httpGet": health, "periodSeconds": 15, "timeoutSeconds": 10, "failureThreshold": 4},
+        "readinessProbe": {"httpGet": _health(), "periodSeconds": 5, "timeoutSeconds": 3, "failureThreshold": 3},
+        "livenessProbe": {"httpGet": _health(), "periodSeconds": 15, "timeoutSeconds": 10,
+                          "failureThreshold": 4},
     }
 
 
@@ -117,21 +124,21 @@ def _volumes(cr: QwenInference, plan: Plan) -> tuple[list[dict[str, Any]], list[
 
 def _preflight_container(cr: QwenInference, plan: Plan, resources: dict[str, Any]) -> dict[str, Any]:
     check = cr.spec.nccl.preflight
+    command = preflight_command(max_small_latency_us=check.max_small_message_latency_microseconds,
+                                min_bus_bandwidth_gbps=check.min_bus_bandwidth_g_bps)
     return {
         "name": PREFLIGHT_CONTAINER,
         "image": plan.image,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["python3", f"{PREFLIGHT_MOUNT}/{PREFLIGHT_SCRIPT}"],
-        "args": [
-            f"--max-small-latency-us={number(check.max_small_message_latency_microseconds)}",
-            f"--min-bus-bandwidth-gbps={number(check.min_bus_bandwidth_g_bps)}",
-            "--output=/dev/termination-log",
-        ],
+        "command": command[:2],
+        "args": command[2:],
+        # Exactly the server's NCCL environment: the check must see the fabric vLLM will use.
         "env": nccl_env(cr),
-        "resources": resources,
+        "resources": copy.deepcopy(resources),
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"},
                          {"name": "nccl-preflight", "mountPath": PREFLIGHT_MOUNT, "readOnly": True}],
-        "terminationMessagePolicy": "File",
+        # The JSON report is the termination message; on a crash the log tail is the next best thing.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
 
 
@@ -143,7 +150,7 @@ def _placement(cr: QwenInference) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if node_selector:
         out["nodeSelector"] = node_selector
-    tolerations = [GPU_TOLERATION] + [t.model_dump(by_alias=True, exclude_none=True) for t in sched.tolerations]
+    tolerations = [dict(GPU_TOLERATION)] + [t.model_dump(by_alias=True, exclude_none=True) for t in sched.tolerations]
     out["tolerations"] = tolerations
     if sched.affinity:
         out["affinity"] = sched.affinity

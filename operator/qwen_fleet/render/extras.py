@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from importlib import resources
 from typing import Any
 
 from qwen_fleet.api import QwenInference
+from qwen_fleet.preflight.report import script_source
 from qwen_fleet.render.common import metadata
 from qwen_fleet.render.deployment import PREFLIGHT_SCRIPT, model_cache_claim_name, preflight_config_map_name
-
-
-def preflight_script() -> str:
-    return resources.files("qwen_fleet.preflight").joinpath(PREFLIGHT_SCRIPT).read_text()
 
 
 def render_preflight_config_map(cr: QwenInference) -> dict[str, Any]:
@@ -19,7 +15,7 @@ def render_preflight_config_map(cr: QwenInference) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": metadata(cr, name=preflight_config_map_name(cr)),
-        "data": {PREFLIGHT_SCRIPT: preflight_script()},
+        "data": {PREFLIGHT_SCRIPT: script_source()},
     }
 
 
