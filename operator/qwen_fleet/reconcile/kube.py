@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 from collections import Counter
 from collections.abc import Mapping
@@ -75,12 +76,16 @@ class KubeClient:
         self.writes: Counter[str] = Counter()  # verb -> count, for metrics and the zero-writes proof
 
     @classmethod
-    def from_environment(cls, workers: int = 8) -> KubeClient:
+    def from_environment(cls, workers: int = 8, kubeconfig: str | None = None) -> KubeClient:
+        """In-cluster credentials in a pod; otherwise the kubeconfig (argument, $KUBECONFIG, ~/.kube/config)."""
         configuration = k8s_client.Configuration()
+        path = kubeconfig or os.environ.get("KUBECONFIG")
         try:
+            if path:
+                raise k8s_config.ConfigException("a kubeconfig was named")
             k8s_config.load_incluster_config(client_configuration=configuration)
         except k8s_config.ConfigException:
-            k8s_config.load_kube_config(client_configuration=configuration)
+            k8s_config.load_kube_config(config_file=path, client_configuration=configuration)
         configuration.connection_pool_maxsize = max(workers, 4)
         return cls(k8s_client.ApiClient(configuration), workers=workers)
 

@@ -1,0 +1,1 @@
+"""Benchmarks (`make bench`): figures go to bench/results/ as JSON plus a Markdown summary."""
