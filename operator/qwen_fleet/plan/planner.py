@@ -1,15 +1,86 @@
-"""Capacity judgement of a spec: the model fits the GPU, tensor size divides the heads, one sequence fits.
+"""Capacity judgement of a spec, from the catalog's model and GPU facts. Pure.
 
-Placeholder until the capacity planner lands: reports nothing and blocks nothing.
+Blocks (Stalled) a spec whose weights cannot fit, whose tensor size does not divide the attention heads, or
+whose maxModelLen exceeds what the KV cache can hold for one sequence. A model or GPU the catalog does not know
+is never blocked: the plan says it was skipped, with a warning.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from qwen_fleet.api.resource import CapacityStatus, QwenInferenceSpec
+from qwen_fleet.catalog import find_gpu, find_model
+from qwen_fleet.plan.capacity import Capacity, CapacityInput, plan_capacity
+
+if TYPE_CHECKING:
+    from qwen_fleet.plan import Problem
+
+GIB = 1024**3
 
 
-def assess(spec: QwenInferenceSpec) -> tuple[CapacityStatus | None, list["Problem"], list[str]]:  # noqa: UP037
-    return None, [], []
+def gpu_memory_gib(spec: QwenInferenceSpec) -> float | None:
+    if spec.gpu.memory_gi_b:
+        return spec.gpu.memory_gi_b
+    gpu = find_gpu(spec.gpu.product) if spec.gpu.product else None
+    return gpu.memory_gib if gpu else None
 
 
-from qwen_fleet.plan import Problem  # noqa: E402
+def capacity_input(spec: QwenInferenceSpec, memory_gib: float) -> CapacityInput | None:
+    model = find_model(spec.model.name)
+    if model is None:
+        return None
+    engine = spec.engine
+    return CapacityInput(
+        model=model,
+        gpu_memory_gib=memory_gib,
+        tensor_parallel=spec.parallelism.tensor,
+        pipeline_parallel=spec.parallelism.pipeline,
+        gpu_memory_utilization=engine.gpu_memory_utilization or 0.9,
+        max_model_len=engine.max_model_len,
+        max_num_seqs=engine.max_num_seqs,
+        max_num_batched_tokens=engine.max_num_batched_tokens,
+        block_size=engine.block_size,
+        dtype=engine.dtype or "auto",
+        quantization=engine.quantization,
+        kv_cache_dtype=engine.kv_cache_dtype or "auto",
+        cpu_offload_gib=engine.cpu_offload_gi_b or 0.0,
+        prefix_caching=engine.enable_prefix_caching if engine.enable_prefix_caching is not None else True,
+    )
+
+
+def to_status(cap: Capacity, memory_gib: float) -> CapacityStatus:
+    return CapacityStatus(
+        source="catalog",
+        gpuMemoryGiB=round(memory_gib, 2),
+        weightsGiBPerGpu=round(cap.weight_bytes_per_gpu / GIB, 2),
+        kvCacheGiBPerGpu=round(cap.kv_cache_bytes_per_gpu / GIB, 2),
+        kvBytesPerToken=cap.kv_bytes_per_token,
+        kvCacheTokens=cap.kv_cache_tokens,
+        maxModelLen=cap.max_model_len,
+        maxConcurrentSequences=round(cap.max_concurrency, 1),
+        warnings=list(cap.warnings),
+    )
+
+
+def assess(spec: QwenInferenceSpec) -> tuple[CapacityStatus | None, list[Problem], list[str]]:
+    from qwen_fleet.plan import Problem
+
+    if find_model(spec.model.name) is None:
+        warning = (f"{spec.model.name} is not in the catalog: capacity not planned (the weights, KV cache and "
+                   "tensor-size checks were skipped)")
+        return CapacityStatus(source="unknown", warnings=[warning]), [], [warning]
+    memory = gpu_memory_gib(spec)
+    if memory is None:
+        warning = ("GPU memory unknown: set gpu.product to a known GPU (e.g. NVIDIA-A10G) or gpu.memoryGiB; "
+                   "only the tensor-size check ran")
+        inp = capacity_input(spec, 80.0)
+        assert inp is not None
+        cap = plan_capacity(inp)
+        problems = [Problem(p.reason, p.message) for p in cap.problems if p.reason.startswith("TensorSize")]
+        return CapacityStatus(source="catalog", warnings=[warning]), problems, [warning]
+    inp = capacity_input(spec, memory)
+    assert inp is not None
+    cap = plan_capacity(inp)
+    problems = [Problem(p.reason, p.message) for p in cap.problems]
+    return to_status(cap, memory), problems, list(cap.warnings)

@@ -1,0 +1,89 @@
+"""``qwen-fleet plan``: the planner's table for a QwenInference file, or for --model/--gpu."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from qwen_fleet.api import KIND, QwenInference
+from qwen_fleet.catalog import all_gpus, find_gpu, find_model
+from qwen_fleet.plan.capacity import (
+    Capacity,
+    CapacityInput,
+    format_capacity_table,
+    plan_capacity,
+    suggest_batching,
+    valid_tensor_sizes,
+)
+from qwen_fleet.plan.planner import capacity_input, gpu_memory_gib
+
+
+def _print_details(caps: list[Capacity]) -> None:
+    print(format_capacity_table(caps))
+    for cap in caps:
+        for problem in cap.problems:
+            print(f"  {cap.input.model.name}: {problem.reason}: {problem.message}")
+        for warning in cap.warnings:
+            print(f"  {cap.input.model.name}: warning: {warning}")
+
+
+def _from_file(path: str) -> int:
+    try:
+        docs = [d for d in yaml.safe_load_all(Path(path).read_text()) if isinstance(d, dict) and d.get("kind") == KIND]
+    except (OSError, yaml.YAMLError) as err:
+        print(f"qwen-fleet: cannot read {path}: {err}", file=sys.stderr)
+        return 1
+    caps = []
+    for doc in docs:
+        try:
+            cr = QwenInference.model_validate({k: v for k, v in doc.items() if k != "status"})
+        except ValidationError as err:
+            print(f"qwen-fleet: {doc.get('metadata', {}).get('name')}: invalid spec: {err.errors()[0]['msg']}",
+                  file=sys.stderr)
+            return 1
+        memory = gpu_memory_gib(cr.spec)
+        inp = capacity_input(cr.spec, memory or 0.0)
+        if inp is None or memory is None:
+            why = "model not in the catalog" if inp is None else "GPU memory unknown (gpu.product/memoryGiB)"
+            print(f"{cr.name}: {cr.spec.model.name}: not planned: {why}")
+            continue
+        caps.append(plan_capacity(inp))
+    if caps:
+        _print_details(caps)
+    return 1 if any(c.problems for c in caps) else 0
+
+
+def plan_command(args: argparse.Namespace) -> int:
+    if args.file:
+        return _from_file(args.file)
+    if not args.model or not args.gpu:
+        print("qwen-fleet: plan needs -f FILE, or --model and --gpu", file=sys.stderr)
+        return 2
+    model, gpu = find_model(args.model), find_gpu(args.gpu)
+    if model is None:
+        print(f"qwen-fleet: {args.model} is not in the catalog (see docs/catalog.md)", file=sys.stderr)
+        return 1
+    if gpu is None:
+        known = ", ".join(g.product for g in all_gpus())
+        print(f"qwen-fleet: unknown GPU {args.gpu}; known: {known}", file=sys.stderr)
+        return 1
+    util = args.gpu_memory_utilization or 0.9
+    caps = [plan_capacity(CapacityInput(model=model, gpu_memory_gib=gpu.memory_gib, tensor_parallel=args.tensor_parallel,
+                                        gpu_memory_utilization=util, max_model_len=args.max_model_len,
+                                        kv_cache_dtype=args.kv_cache_dtype or "auto", quantization=args.quantization))]
+    print(f"{model.name} on {gpu.product} ({gpu.memory_gib:.1f} GiB), gpu_memory_utilization {util:g}")
+    _print_details(caps)
+    print(f"tensor-parallel sizes that divide the heads: {valid_tensor_sizes(model)}")
+    if caps[0].feasible:
+        advice = suggest_batching(model, gpu, max_model_len=caps[0].max_model_len, gpu_memory_utilization=util,
+                                  tensor_parallel=args.tensor_parallel, quantization=args.quantization,
+                                  kv_cache_dtype=args.kv_cache_dtype or "auto")
+        print(f"batching that fits: maxModelLen {advice.max_model_len}, maxNumSeqs {advice.max_num_seqs}, "
+              f"maxNumBatchedTokens {advice.max_num_batched_tokens}")
+        for note in advice.notes:
+            print(f"  {note}")
+    return 0 if caps[0].feasible else 1
