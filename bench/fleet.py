@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from tests.support.operator_process import OperatorProcess, audit_writes
 
 from bench.watch import Recorder, api_client, deployment_available, exists, has_arg, qwi_ready
 from qwen_fleet.api import QwenInference
@@ -21,7 +22,6 @@ from qwen_fleet.devcluster.nodes import NodePool
 from qwen_fleet.plan import make_plan
 from qwen_fleet.reconcile.kube import KubeClient
 from qwen_fleet.render import Capabilities, render_children
-from tests.support.operator_process import OperatorProcess, audit_writes
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench"
@@ -88,7 +88,7 @@ def _percentiles(values: list[float]) -> dict[str, float]:
     if not values:
         return {}
     ordered = sorted(values)
-    p99 = ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
+    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
     return {"p50": round(statistics.median(ordered), 3), "p99": round(p99, 3), "max": round(ordered[-1], 3)}
 
 

@@ -58,7 +58,7 @@ class Recorder:
         while not self._stop.is_set():
             try:
                 rv = self._stream(rv)
-            except Exception:  # noqa: BLE001 - reconnect: the benchmark keeps recording
+            except Exception:
                 time.sleep(0.2)
 
     def _stream(self, rv: str) -> str:

@@ -93,8 +93,8 @@ def test_engine_change_rolls_the_deployment_and_observed_generation_follows(
         == "256"
     cluster.kubectl("patch", "qwi", "qwen3-4b", "-n", namespace, "--type=merge",
                     "-p", '{"spec":{"engine":{"maxNumSeqs":128}}}')
-    wait_until("new --max-num-seqs", lambda: "128" == (a := _args(cluster, namespace, "qwen3-4b"))[
-        a.index("--max-num-seqs") + 1], 30)
+    wait_until("new --max-num-seqs", lambda: (a := _args(cluster, namespace, "qwen3-4b"))[
+        a.index("--max-num-seqs") + 1] == "128", 30)
     gen = before["metadata"]["generation"] + 1
 
     def caught_up() -> bool:

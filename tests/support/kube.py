@@ -18,7 +18,7 @@ def wait_until(what: str, check: Callable[[], T | None], timeout: float = 60, in
     while time.monotonic() < deadline:
         try:
             last = check()
-        except Exception as err:  # noqa: BLE001 - not there yet
+        except Exception as err:
             last = err
         if last and not isinstance(last, Exception):
             return last  # type: ignore[return-value]

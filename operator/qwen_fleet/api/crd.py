@@ -137,7 +137,7 @@ def spec_schema() -> dict[str, Any]:
     _apply_factory_defaults(r.QwenInferenceSpec, spec)
     _apply_factory_defaults(r.QwenInferenceStatus, status)
     root["required"] = ["spec"]
-    return root
+    return dict(root)
 
 
 def printer_columns() -> list[dict[str, Any]]:

@@ -100,7 +100,7 @@ class ModelSpec(ApiModel):
     served_model_name: str | None = Field(default=None, description="Model name clients send in requests "
                                           "and that metrics carry as model_name (default: the resource's "
                                           "name).", max_length=128, pattern=r"^[^\s]+$")
-    source: ModelSource = Field(default_factory=lambda: ModelSource(huggingFace=HuggingFaceSource()),
+    source: ModelSource = Field(default_factory=lambda: ModelSource(hugging_face=HuggingFaceSource()),
                                 description="Where the weights come from (default: Hugging Face).")
     cache: ModelCache | None = Field(default=None, description="Persistent cache for downloaded weights; "
                                      "without it an emptyDir holds them for the pod's lifetime.")

@@ -167,9 +167,9 @@ def _dns1035(name: str) -> bool:
 class QwenInference(ApiModel, rules=[NAME_RULE, NAME_FORMAT_RULE]):
     """A fleet of vLLM servers for one Qwen model, with its Service and autoscaler."""
 
-    api_version: Literal["qwenfleet.io/v1alpha1"] = Field(default=API_VERSION, alias="apiVersion",
+    api_version: Literal["qwenfleet.io/v1alpha1"] = Field(default="qwenfleet.io/v1alpha1", alias="apiVersion",
                                                           description="qwenfleet.io/v1alpha1")
-    kind: Literal["QwenInference"] = Field(default=KIND, description="QwenInference")
+    kind: Literal["QwenInference"] = Field(default="QwenInference", description="QwenInference")
     metadata: dict[str, Any] = Field(default_factory=dict, description="Standard object metadata.")
     spec: QwenInferenceSpec = Field(description="Desired state.")
     status: QwenInferenceStatus | None = Field(default=None, description="Observed state.")

@@ -18,12 +18,12 @@ class ScalingRules(ApiModel):
 
 def _scale_up() -> ScalingRules:
     # GPU pods take minutes to load a model: add capacity at once, two pods a minute at most.
-    return ScalingRules(stabilizationWindowSeconds=0, pods=2, periodSeconds=60)
+    return ScalingRules(stabilization_window_seconds=0, pods=2, period_seconds=60)
 
 
 def _scale_down() -> ScalingRules:
     # The queue reads 0 whenever the fleet keeps up; a long window stops the scale-down/re-saturate flap.
-    return ScalingRules(stabilizationWindowSeconds=600, pods=1, periodSeconds=180)
+    return ScalingRules(stabilization_window_seconds=600, pods=1, period_seconds=180)
 
 
 class ScalingBehavior(ApiModel):

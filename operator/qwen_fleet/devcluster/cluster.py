@@ -406,5 +406,5 @@ def _http_ok(url: str) -> bool:
 
 def _https_ok(url: str, token: str) -> bool:
     rest = Rest(url.rsplit("/", 1)[0], token, timeout=2)
-    return rest.get("/" + url.rsplit("/", 1)[1]) == "ok"
+    return bool(rest.get("/" + url.rsplit("/", 1)[1]) == "ok")
 

@@ -7,6 +7,7 @@ Each component of the local control plane is a plain OS process. When the cluste
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -61,10 +62,8 @@ class Component:
         if self.proc is None:
             return
         terminate(self.proc.pid, timeout)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=1)
-        except subprocess.TimeoutExpired:
-            pass
         self.proc = None
 
     def tail(self, lines: int = 30) -> str:
@@ -92,10 +91,8 @@ def terminate(pid: int, timeout: float = 10.0) -> None:
 
 
 def alive(pid: int) -> bool:
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
     try:
         with open(f"/proc/{pid}/stat") as f:
             state = f.read().rsplit(")", 1)[1].split()[0]
@@ -122,7 +119,7 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float, component: Co
         try:
             if check():
                 return
-        except Exception:  # noqa: BLE001 - any failure of the probe means "not yet"
+        except Exception:
             pass
         time.sleep(interval)
     tail = f"\n{component.tail()}" if component else ""

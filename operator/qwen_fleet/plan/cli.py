@@ -72,9 +72,10 @@ def plan_command(args: argparse.Namespace) -> int:
         print(f"qwen-fleet: unknown GPU {args.gpu}; known: {known}", file=sys.stderr)
         return 1
     util = args.gpu_memory_utilization or 0.9
-    caps = [plan_capacity(CapacityInput(model=model, gpu_memory_gib=gpu.memory_gib, tensor_parallel=args.tensor_parallel,
-                                        gpu_memory_utilization=util, max_model_len=args.max_model_len,
-                                        kv_cache_dtype=args.kv_cache_dtype or "auto", quantization=args.quantization))]
+    inp = CapacityInput(model=model, gpu_memory_gib=gpu.memory_gib, tensor_parallel=args.tensor_parallel,
+                        gpu_memory_utilization=util, max_model_len=args.max_model_len,
+                        kv_cache_dtype=args.kv_cache_dtype or "auto", quantization=args.quantization)
+    caps = [plan_capacity(inp)]
     print(f"{model.name} on {gpu.product} ({gpu.memory_gib:.1f} GiB), gpu_memory_utilization {util:g}")
     _print_details(caps)
     print(f"tensor-parallel sizes that divide the heads: {valid_tensor_sizes(model)}")

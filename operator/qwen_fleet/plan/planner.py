@@ -52,13 +52,13 @@ def capacity_input(spec: QwenInferenceSpec, memory_gib: float) -> CapacityInput 
 def to_status(cap: Capacity, memory_gib: float) -> CapacityStatus:
     return CapacityStatus(
         source="catalog",
-        gpuMemoryGiB=round(memory_gib, 2),
-        weightsGiBPerGpu=round(cap.weight_bytes_per_gpu / GIB, 2),
-        kvCacheGiBPerGpu=round(cap.kv_cache_bytes_per_gpu / GIB, 2),
-        kvBytesPerToken=cap.kv_bytes_per_token,
-        kvCacheTokens=cap.kv_cache_tokens,
-        maxModelLen=cap.max_model_len,
-        maxConcurrentSequences=round(cap.max_concurrency, 1),
+        gpu_memory_gi_b=round(memory_gib, 2),
+        weights_gi_b_per_gpu=round(cap.weight_bytes_per_gpu / GIB, 2),
+        kv_cache_gi_b_per_gpu=round(cap.kv_cache_bytes_per_gpu / GIB, 2),
+        kv_bytes_per_token=cap.kv_bytes_per_token,
+        kv_cache_tokens=cap.kv_cache_tokens,
+        max_model_len=cap.max_model_len,
+        max_concurrent_sequences=round(cap.max_concurrency, 1),
         warnings=list(cap.warnings),
     )
 

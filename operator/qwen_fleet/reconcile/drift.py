@@ -21,7 +21,7 @@ _MERGE_KEYS = ("name", "uid")
 
 
 def _empty(value: Any) -> bool:
-    return value is None or value == {} or value == []
+    return value is None or value in ({}, [])
 
 
 def _quantity_equal(a: Any, b: Any) -> bool:

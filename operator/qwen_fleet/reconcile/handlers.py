@@ -131,7 +131,7 @@ def _event_done(task: asyncio.Task[None]) -> None:
 # --- watches -----------------------------------------------------------------------------------------------
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-async def resource_event(event: dict[str, Any], **_: Any) -> None:
+async def resource_event(event: kopf.RawEvent, **_: Any) -> None:
     body = event.get("object") or {}
     if not body.get("metadata"):
         return
@@ -140,7 +140,7 @@ async def resource_event(event: dict[str, Any], **_: Any) -> None:
         RUNTIME.store.resources.pop(key, None)
         metrics.forget(key)
         return
-    RUNTIME.store.put_resource(key, body)
+    RUNTIME.store.put_resource(key, dict(body))
     RUNTIME.queue.add(key)
 
 
@@ -149,7 +149,7 @@ async def _index_child(body: Any, **_: Any) -> dict[Key, str] | None:
     return {owner: compact_child(body)} if owner else None
 
 
-async def _child_event(event: dict[str, Any], **_: Any) -> None:
+async def _child_event(event: kopf.RawEvent, **_: Any) -> None:
     body = event.get("object") or {}
     owner = owner_key(body)
     if owner is None:
@@ -171,7 +171,7 @@ async def _pods(body: Any, **_: Any) -> dict[Key, dict[str, Any]] | None:
 
 
 @kopf.on.event("", "v1", "pods", labels={INSTANCE_LABEL: kopf.PRESENT})
-async def pod_event(event: dict[str, Any], **_: Any) -> None:
+async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
     key = instance_key(event.get("object") or {})
     if key is not None and key in RUNTIME.store.resources:
         RUNTIME.queue.add(key)

@@ -5,6 +5,7 @@ API writes, queue depth, and per-resource Ready/Stalled gauges that the chart's 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
@@ -51,10 +52,8 @@ def _ready(key: Key) -> int:
 
 def forget(key: Key) -> None:
     for gauge in (READY, STALLED):
-        try:
+        with contextlib.suppress(KeyError):
             gauge.remove(*key)
-        except KeyError:
-            pass
 
 
 class _RuntimeCollector(Collector):

@@ -60,7 +60,7 @@ class WorkQueue:
         """Schedule ``key`` again after a failure; returns the delay (1 s, 2 s, 4 s ... at most 5 min)."""
         failures = self._failures.get(key, 0)
         self._failures[key] = failures + 1
-        delay = min(self.base_delay * (2**failures), self.max_delay)
+        delay = min(self.base_delay * float(2**failures), self.max_delay)
         self.add_after(key, delay)
         return delay
 

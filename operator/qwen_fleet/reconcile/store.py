@@ -17,8 +17,8 @@ from typing import Any
 from qwen_fleet.api import API_VERSION, KIND
 from qwen_fleet.preflight.report import parse_report, to_status
 from qwen_fleet.reconcile.queue import Key
-from qwen_fleet.render.common import INSTANCE_LABEL
-from qwen_fleet.render.deployment import CONTAINER_NAME, PREFLIGHT_CONTAINER
+from qwen_fleet.render.common import CONTAINER_NAME, INSTANCE_LABEL
+from qwen_fleet.render.deployment import PREFLIGHT_CONTAINER
 
 ChildKey = tuple[str, str]  # (kind, name)
 

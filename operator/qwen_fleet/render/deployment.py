@@ -13,7 +13,6 @@ from qwen_fleet.render.common import (
     CONTAINER_NAME,
     HTTP_PORT_NAME,
     metadata,
-    number,
     pod_labels,
     selector_labels,
 )
