@@ -1,4 +1,6 @@
-"""Contract fixtures: a tiny random-weight Qwen2 model and one real vLLM CPU server on it, per session.
+"""Contract fixtures: a tiny random-weight Qwen2 model (made once per session) and a real vLLM CPU server
+on it (one per module that uses it, stopped before the next module starts engines of its own: on a
+2-core machine two engines at once slow each other down).
 
 The engine venv comes from the root conftest's ``vllm_python`` (hack/vllm-venv.sh builds it when it is
 missing); nothing here skips. A server start costs a minute or two on a small machine, so tests share
@@ -30,10 +32,8 @@ def tiny_qwen_dir(tmp_path_factory: pytest.TempPathFactory, vllm_python: str, ti
     return make_tiny_model(tmp_path_factory.mktemp("tiny-qwen2"), tiny_qwen, python=vllm_python)
 
 
-@pytest.fixture(scope="session")
-def tiny_vllm(
-    tmp_path_factory: pytest.TempPathFactory, vllm_python: str, tiny_qwen_dir: Path
-) -> Iterator[VllmServer]:
+@pytest.fixture(scope="module")
+def tiny_vllm(tmp_path_factory: pytest.TempPathFactory, vllm_python: str, tiny_qwen_dir: Path) -> Iterator[VllmServer]:
     """A serving vLLM (``/health`` answers) on the tiny model, with FACTS.md's arguments."""
     server = VllmServer(
         TINY_SERVER_ARGS,

@@ -9,6 +9,9 @@ from typing import Any
 
 import pytest
 
+from qwen_fleet.plan.capacity_vllm import GIB, cpu_kv_cache_tokens, kv_pool
+from tests.contract.conftest import TINY_KV_SPACE_GIB
+from tests.support.tiny_qwen import TinyQwen
 from tests.support.vllm_server import VllmServer
 
 pytestmark = pytest.mark.vllm
@@ -71,9 +74,7 @@ def test_chat_and_completions_answer(tiny_vllm: VllmServer) -> None:
 
 
 def test_unknown_model_is_rejected(tiny_vllm: VllmServer) -> None:
-    status, _ = tiny_vllm.post_json(
-        "/v1/completions", {"model": "not-served", "prompt": "a", "max_tokens": 1}
-    )
+    status, _ = tiny_vllm.post_json("/v1/completions", {"model": "not-served", "prompt": "a", "max_tokens": 1})
     assert status == 404
 
 
@@ -115,3 +116,12 @@ def test_queue_depth_is_observable(tiny_vllm: VllmServer) -> None:
     assert 1 <= peak["running"] <= 8  # --max-num-seqs caps the batch ...
     assert 1 <= peak["waiting"] <= 16  # ... and the rest queue, visibly (the HPA's signal)
     assert 0 < peak["kv"] < 1
+
+
+def test_kv_cache_size_matches_planner(tiny_vllm: VllmServer, tiny_qwen: TinyQwen) -> None:
+    """FACTS.md's figure: 2 layers x 1 KV head x 64 x bf16 = 512 B/token, so 1 GiB holds 2,097,152."""
+    planned = cpu_kv_cache_tokens(tiny_qwen.facts(), TINY_KV_SPACE_GIB * GIB, 1024)
+    assert planned == 2_097_152
+    assert tiny_vllm.kv_cache_tokens() == planned
+    pool = kv_pool(tiny_qwen.facts(), device="cpu")
+    assert tiny_vllm.max_concurrency() == pytest.approx(pool.max_concurrency(GIB, 1024), abs=0.005)

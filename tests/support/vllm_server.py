@@ -80,7 +80,9 @@ class VllmServer:
         self.log_path = log_path or Path(tempfile.mkdtemp(prefix="vllm-server-")) / "vllm.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.startup_seconds: float | None = None
+        self.stop_seconds: float | None = None
         self._stopped = False
+        self._serving = False
         self._shm: set[str] = set()
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -167,16 +169,15 @@ class VllmServer:
             if check():  # first: a server may log its KV cache and then fail (e.g. FP8 on AVX2)
                 return
             if not self.running():
-                raise RuntimeError(
-                    f"vLLM server exited ({self.returncode()}) during start-up:\n{self.tail()}"
-                )
+                raise RuntimeError(f"vLLM server exited ({self.returncode()}) during start-up:\n{self.tail()}")
             time.sleep(0.5)
         raise TimeoutError(f"vLLM server not ready after {self.startup_timeout:.0f}s:\n{self.tail()}")
 
     def _healthy(self) -> bool:
         try:
             with urllib.request.urlopen(self.base_url + "/health", timeout=5) as resp:
-                return int(resp.status) == 200
+                self._serving = int(resp.status) == 200
+                return self._serving
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             return False
 
@@ -189,20 +190,30 @@ class VllmServer:
     def returncode(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
 
-    def stop(self, timeout: float = 60.0) -> None:
-        """SIGTERM the server's process group; SIGKILL what is left of it after ``timeout``.
+    def stop(self, timeout: float | None = None) -> None:
+        """SIGTERM the server's process group; SIGKILL what is left of it after ``timeout`` seconds.
 
         Returns only when no process of the group is alive: the API server exits before its engine
-        core and worker do, so waiting for the leader alone would leak them for a while.
+        core and worker do, so waiting for the leader alone would leak them for a while. A serving
+        server gets 60 s to drain. One stopped during start-up gets 20 s: vLLM 0.32's API server
+        interrupted while it waits for its engine core raises KeyboardInterrupt and then hangs at
+        interpreter exit until it is killed (its engine core and worker do exit within ~10 s).
         """
         if self.proc is None or self._stopped:
             return
+        if timeout is None:
+            timeout = 60.0 if self._serving else 20.0
         self._stopped = True
         self._note_shared_memory()
+        began = time.monotonic()
         try:
             self._signal_group(timeout)
         finally:
             self._unlink_shared_memory()
+            self.stop_seconds = time.monotonic() - began
+            with self.log_path.open("a") as log:  # timings, for reports on the cost of engine starts
+                started = f"{self.startup_seconds:.1f}s" if self.startup_seconds is not None else "never"
+                log.write(f"# qwen-fleet: ready ({self.ready}) after {started}, stopped in {self.stop_seconds:.1f}s\n")
 
     def _signal_group(self, timeout: float) -> None:
         assert self.proc is not None

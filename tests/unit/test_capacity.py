@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from qwen_fleet.catalog import all_models, find_gpu, find_model
 from qwen_fleet.catalog.types import GpuFacts, LinearAttentionFacts, ModelFacts
 from qwen_fleet.plan.capacity import (
     CapacityInput,
@@ -104,8 +105,12 @@ TINY = ModelFacts(
     native_context=4096,
     tie_word_embeddings=True,
 )
-A10G = GpuFacts(product="NVIDIA-A10G", memory_gib=22.48828125, short_name="A10G", interconnect="PCIe", fp8=False)
-H100 = GpuFacts(product="NVIDIA-H100-80GB-HBM3", memory_gib=79.6, short_name="H100-80GB", interconnect="NVLink", fp8=True)
+A10G = GpuFacts(
+    product="NVIDIA-A10G", memory_gib=22.48828125, short_name="A10G", interconnect="PCIe", fp8=False
+)
+H100 = GpuFacts(
+    product="NVIDIA-H100-80GB-HBM3", memory_gib=79.6, short_name="H100-80GB", interconnect="NVLink", fp8=True
+)
 
 
 @pytest.mark.parametrize(
@@ -115,6 +120,7 @@ H100 = GpuFacts(product="NVIDIA-H100-80GB-HBM3", memory_gib=79.6, short_name="H1
         (QWEN25_7B, "fp8", "auto", 28_672),  # FP8 halves it
         (QWEN25_7B, "fp8_e5m2", "auto", 28_672),
         (QWEN25_7B, "auto", "float32", 114_688),  # the KV cache follows the model dtype
+        (replace(QWEN25_7B, dtype="float32"), "auto", "auto", 57_344),  # vLLM downcasts float32 checkpoints
         (QWEN3_8B, "auto", "auto", 147_456),  # 2 x 36 x 8 x 128 x 2 B
         (QWEN35_27B, "auto", "auto", 65_536),  # only the 16 full-attention layers: 2 x 16 x 4 x 256 x 2 B
         (TINY, "auto", "auto", 512),  # FACTS.md: 1 GiB -> 2,097,152 tokens
@@ -142,7 +148,10 @@ def test_kv_bytes_per_token_per_gpu_sharding(tp: int, pp: int, expected: int) ->
 @pytest.mark.parametrize(
     ("model", "expected"),
     [
-        (QWEN25_7B, [1, 2, 4]),  # 28 heads: 7 divides them, but 7 is neither a divisor nor a multiple of 4 KV heads
+        (
+            QWEN25_7B,
+            [1, 2, 4],
+        ),  # 28 heads: 7 divides them, but 7 is neither a divisor nor a multiple of 4 KV heads
         (QWEN3_8B, [1, 2, 4, 8]),
         (QWEN35_27B, [1, 2, 4, 8]),  # 24 heads, 4 KV heads, 16/48 linear heads
         (TINY, [1, 2]),  # 2 heads; tp 2 replicates the one KV head
@@ -206,7 +215,10 @@ def test_aligned_block_keeps_a_larger_user_block() -> None:
         ({"kv_space_bytes": GIB, "max_model_len": 1024}, 2_097_152),
         ({"kv_space_bytes": GIB, "max_model_len": 1024, "kv_cache_dtype": "fp8"}, 4_194_304),
         # 1 GiB / (256 x 256 B) = 16,384 blocks; 2000 tokens take 8 blocks: 2,048 x 2000.
-        ({"kv_space_bytes": GIB, "max_model_len": 2000, "kv_cache_dtype": "fp8", "block_size": 256}, 4_096_000),
+        (
+            {"kv_space_bytes": GIB, "max_model_len": 2000, "kv_cache_dtype": "fp8", "block_size": 256},
+            4_096_000,
+        ),
         # A length that is not a multiple of the block wastes the tail of its last block.
         ({"kv_space_bytes": GIB, "max_model_len": 1000}, 2_048_000),
     ],
@@ -280,7 +292,9 @@ def test_plan_shards_over_tensor_parallel() -> None:
 
 
 def test_fp8_kv_cache_doubles_tokens() -> None:
-    base = CapacityInput(model=QWEN3_8B, gpu_memory_gib=H100.memory_gib, max_model_len=16384, overhead_gib=2.0)
+    base = CapacityInput(
+        model=QWEN3_8B, gpu_memory_gib=H100.memory_gib, max_model_len=16384, overhead_gib=2.0
+    )
     auto = plan_capacity(base)
     fp8 = plan_capacity(replace(base, kv_cache_dtype="fp8"))
     assert fp8.kv_bytes_per_token == auto.kv_bytes_per_token // 2
@@ -309,8 +323,13 @@ def test_problem_tensor_size_does_not_divide_heads() -> None:
 def test_problem_max_model_len_exceeds_kv_cache() -> None:
     # 7B on an A10G at 0.8 leaves ~1.5 GiB for KV: about 28k tokens, far below 131,072.
     cap = plan_capacity(
-        CapacityInput(model=QWEN25_7B, gpu_memory_gib=A10G.memory_gib, gpu_memory_utilization=0.8,
-                      max_model_len=131072, overhead_gib=1.0)
+        CapacityInput(
+            model=QWEN25_7B,
+            gpu_memory_gib=A10G.memory_gib,
+            gpu_memory_utilization=0.8,
+            max_model_len=131072,
+            overhead_gib=1.0,
+        )
     )
     assert [p.reason for p in cap.problems] == ["MaxModelLenExceedsKVCache"]
     longest = kv_pool(QWEN25_7B).longest_sequence(cap.kv_cache_bytes_per_gpu)
@@ -343,7 +362,11 @@ def test_unknown_quantization_is_a_problem() -> None:
 
 def test_suggest_batching_for_the_seed_config() -> None:
     advice = suggest_batching(
-        QWEN25_7B, A10G, max_model_len=4096, max_num_seqs=64, max_num_batched_tokens=2048,
+        QWEN25_7B,
+        A10G,
+        max_model_len=4096,
+        max_num_seqs=64,
+        max_num_batched_tokens=2048,
         gpu_memory_utilization=0.8,
     )
     cap = advice.capacity
@@ -358,15 +381,64 @@ def test_suggest_batching_for_the_seed_config() -> None:
 
 def test_format_capacity_table() -> None:
     rows = [
-        plan_capacity(CapacityInput(model=QWEN25_7B, gpu_memory_gib=80, max_model_len=32768, overhead_gib=1.0)),
+        plan_capacity(
+            CapacityInput(model=QWEN25_7B, gpu_memory_gib=80, max_model_len=32768, overhead_gib=1.0)
+        ),
         plan_capacity(CapacityInput(model=QWEN25_7B, gpu_memory_gib=80, tensor_parallel=3)),
     ]
     table = format_capacity_table(rows).splitlines()
-    assert table[0].split() == ["MODEL", "GPUS", "WEIGHTS/GPU", "KV/GPU", "KV", "TOKENS", "CONTEXT",
-                                "SEQS@CONTEXT", "STATUS"]
+    assert table[0].split() == [
+        "MODEL",
+        "GPUS",
+        "WEIGHTS/GPU",
+        "KV/GPU",
+        "KV",
+        "TOKENS",
+        "CONTEXT",
+        "SEQS@CONTEXT",
+        "STATUS",
+    ]
     first = table[1].split()
     assert first[:3] == ["Qwen/Qwen2.5-7B-Instruct", "1x1", "14.17"]
     assert first[4] == f"{rows[0].kv_cache_tokens:,}"
     assert first[-1] == "ok"
     assert table[2].split()[-1] == "TensorSizeDoesNotDivideHeads"
     assert len({len(line) for line in table[:1]}) == 1
+
+
+def test_non_power_of_two_tensor_size_is_refused() -> None:
+    # 12 heads and 2 KV heads allow 6, but the 8,960-wide MLP of Qwen2.5-1.5B does not split 6 ways.
+    model = replace(QWEN25_7B, num_attention_heads=12, num_kv_heads=2)
+    assert valid_tensor_sizes(model) == [1, 2, 4]
+    cap = plan_capacity(CapacityInput(model=model, gpu_memory_gib=80, tensor_parallel=6))
+    assert [p.reason for p in cap.problems] == ["TensorSizeDoesNotDivideHeads"]
+    assert "only powers of two" in cap.problems[0].message
+
+
+# -- the real catalog ------------------------------------------------------------------------------------
+
+
+def test_catalog_qwen25_7b_matches_facts_md() -> None:
+    model = find_model("Qwen/Qwen2.5-7B-Instruct")
+    assert kv_bytes_per_token(model) == 57_344
+    assert valid_tensor_sizes(model) == [1, 2, 4]
+
+
+def test_catalog_qwen35_27b_state_and_block() -> None:
+    model = find_model("Qwen/Qwen3.5-27B")
+    assert kv_bytes_per_token(model) == 65_536
+    assert state_bytes_per_sequence(model) == 48 * 3_207_168
+    assert kv_pool(model).block_size == 784
+
+
+@pytest.mark.parametrize("model", all_models(), ids=lambda m: m.name)
+def test_every_catalog_model_plans_on_eight_h200(model: ModelFacts) -> None:
+    """The largest GPU setup we plan for holds every catalog model at 32k context."""
+    h200 = find_gpu("H200")
+    tp = max(valid_tensor_sizes(model))
+    cap = plan_capacity(
+        CapacityInput(model=model, gpu_memory_gib=h200.memory_gib, tensor_parallel=tp, max_model_len=32768)
+    )
+    assert cap.feasible, cap.problems
+    assert cap.kv_cache_tokens >= 32768
+    assert cap.weight_bytes_per_gpu < h200.memory_gib * GIB * 0.9

@@ -138,7 +138,8 @@ class Capacity:
 def valid_tensor_sizes(model: ModelFacts, max_gpus: int = 8) -> list[int]:
     """Tensor-parallel sizes vLLM accepts for ``model``: they divide the attention heads and divide the
     KV heads, or are a multiple of them (KV heads are then replicated); hybrids also split their
-    linear-attention heads evenly."""
+    linear-attention heads evenly. Sizes must also divide the MLP width, which the catalog does not
+    carry; Qwen MLP widths are multiples of 128, so powers of two are safe and the only sizes offered."""
     return [tp for tp in range(1, max_gpus + 1) if not _tensor_size_problem(model, tp)]
 
 
@@ -151,6 +152,8 @@ def _tensor_size_problem(model: ModelFacts, tp: int) -> str:
     la = model.linear_attention
     if la is not None and (la.num_key_heads % tp or la.num_value_heads % tp):
         return f"the {la.num_key_heads}/{la.num_value_heads} linear-attention key/value heads"
+    if tp & (tp - 1):
+        return "the MLP width for certain (only powers of two are planned)"
     return ""
 
 
@@ -289,7 +292,7 @@ def plan_capacity(inp: CapacityInput) -> Capacity:
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=batched,
         problems=tuple(problems),
-        warnings=tuple(_warnings(inp, max_len, max_num_seqs, batched, concurrency)),
+        warnings=tuple(_warnings(inp, max_len, max_num_seqs, concurrency)),
     )
 
 
@@ -352,9 +355,7 @@ def _memory_problems(
     return []
 
 
-def _warnings(
-    inp: CapacityInput, max_len: int, max_num_seqs: int, batched: int, concurrency: float
-) -> list[str]:
+def _warnings(inp: CapacityInput, max_len: int, max_num_seqs: int, concurrency: float) -> list[str]:
     out = []
     if max_len > inp.model.native_context:
         out.append(
@@ -362,15 +363,11 @@ def _warnings(
             f"{inp.model.name}: quality degrades without RoPE scaling (YaRN), and vLLM refuses it "
             "unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
         )
-    if 1 <= concurrency < max_num_seqs:
+    # Only for an explicit max_num_seqs: vLLM's defaults (256, 1024) rarely all fit at full length, by design.
+    if inp.max_num_seqs is not None and 1 <= concurrency < max_num_seqs:
         out.append(
             f"max_num_seqs {max_num_seqs} exceeds the {int(concurrency)} sequences of {max_len:,} "
             "tokens the KV cache holds; vLLM preempts (recomputes) requests when long ones coincide."
-        )
-    if batched < max_len and not inp.model.linear_attention:
-        out.append(
-            f"max_num_batched_tokens {batched:,} is below max_model_len {max_len:,}: long prompts "
-            "are prefilled in chunks (chunked prefill must stay on)."
         )
     return out
 

@@ -64,8 +64,12 @@ def dtype_bytes(name: str) -> int:
 
 
 def model_dtype(model: ModelFacts, dtype: str = "auto") -> str:
-    """The dtype the engine computes in: ``--dtype``, or the published weights' dtype for ``auto``."""
-    return model.dtype if dtype == "auto" else dtype
+    """The dtype the engine computes in: ``--dtype``; for ``auto`` the published weights' dtype, except
+    that float32 checkpoints are downcast to bfloat16 (``_resolve_auto_dtype``: the platform's preferred
+    dtype on Ampere and later GPUs and on CPUs)."""
+    if dtype != "auto":
+        return dtype
+    return "bfloat16" if model.dtype in ("float32", "float") else model.dtype
 
 
 def kv_element_bytes(model: ModelFacts, kv_cache_dtype: str = "auto", dtype: str = "auto") -> int:
