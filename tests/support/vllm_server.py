@@ -134,7 +134,7 @@ class VllmServer:
                 env=self.environment(),
                 cwd=self.log_path.parent,
                 start_new_session=True,  # one process group: the API server and its engine core
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - prctl must run in the child; tests fork from one thread
+                preexec_fn=_die_with_parent,  # prctl(PR_SET_PDEATHSIG) must run in the child
             )
         try:
             self._wait_ready()
