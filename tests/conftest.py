@@ -15,6 +15,8 @@ import pytest
 from qwen_fleet.devcluster import binaries
 from qwen_fleet.devcluster.cluster import LocalCluster
 from tests.support.operator_process import OperatorProcess
+from tests.support.serving import RenderedServer, rendered_server
+from tests.support.tiny_qwen import TinyQwen, make_tiny_model
 
 ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = ROOT / "crds" / "qwenfleet.io_qweninferences.yaml"
@@ -69,3 +71,23 @@ def vllm_python() -> str:
     path = out.stdout.strip().splitlines()[-1]
     assert os.access(path, os.X_OK), path
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen() -> TinyQwen:
+    """FACTS.md's tiny random-weight Qwen2 (2 layers, 1 KV head of 64: 512 bytes of KV per token)."""
+    return TinyQwen()
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen_dir(tmp_path_factory: pytest.TempPathFactory, vllm_python: str, tiny_qwen: TinyQwen) -> Path:
+    return make_tiny_model(tmp_path_factory.mktemp("tiny-qwen2"), tiny_qwen, python=vllm_python)
+
+
+@pytest.fixture(scope="session")
+def serving_vllm(vllm_python: str, tiny_qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
+                 ) -> Iterator[RenderedServer]:
+    """The shared real vLLM server, started from the operator's rendered Deployment (tests/support/serving.py)."""
+    server = rendered_server(vllm_python, tiny_qwen_dir, tmp_path_factory.mktemp("serving-vllm") / "vllm.log")
+    with server:
+        yield server

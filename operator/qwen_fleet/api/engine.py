@@ -179,7 +179,7 @@ class EngineSpec(ApiModel, rules=[
                                                                "(--block-size).")
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1, description="Fraction of each "
                                                  "GPU's memory vLLM may use for weights, activations and "
-                                                 "KV cache (--gpu-memory-utilization, vLLM default 0.9).")
+                                                 "KV cache (--gpu-memory-utilization, vLLM 0.32 default 0.92).")
     dtype: Dtype | None = Field(default=None, description="Weight and activation dtype (--dtype).")
     quantization: Quantization | None = Field(default=None, description="Weight quantization method "
                                               "(--quantization), e.g. awq or awq_marlin for AWQ repos, "

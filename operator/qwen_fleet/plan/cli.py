@@ -19,7 +19,7 @@ from qwen_fleet.plan.capacity import (
     suggest_batching,
     valid_tensor_sizes,
 )
-from qwen_fleet.plan.planner import capacity_input, gpu_memory_gib
+from qwen_fleet.plan.planner import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION, capacity_input, gpu_memory_gib
 
 
 def _print_details(caps: list[Capacity]) -> None:
@@ -71,7 +71,7 @@ def plan_command(args: argparse.Namespace) -> int:
         known = ", ".join(g.product for g in all_gpus())
         print(f"qwen-fleet: unknown GPU {args.gpu}; known: {known}", file=sys.stderr)
         return 1
-    util = args.gpu_memory_utilization or 0.9
+    util = args.gpu_memory_utilization or VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
     inp = CapacityInput(model=model, gpu_memory_gib=gpu.memory_gib, tensor_parallel=args.tensor_parallel,
                         gpu_memory_utilization=util, max_model_len=args.max_model_len,
                         kv_cache_dtype=args.kv_cache_dtype or "auto", quantization=args.quantization)

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from qwen_fleet.plan import Problem
 
 GIB = 1024**3
+# vLLM 0.32's --gpu-memory-utilization default (read from its argument parser by the contract test).
+VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
 
 
 def gpu_memory_gib(spec: QwenInferenceSpec) -> float | None:
@@ -36,7 +38,7 @@ def capacity_input(spec: QwenInferenceSpec, memory_gib: float) -> CapacityInput 
         gpu_memory_gib=memory_gib,
         tensor_parallel=spec.parallelism.tensor,
         pipeline_parallel=spec.parallelism.pipeline,
-        gpu_memory_utilization=engine.gpu_memory_utilization or 0.9,
+        gpu_memory_utilization=engine.gpu_memory_utilization or VLLM_DEFAULT_GPU_MEMORY_UTILIZATION,
         max_model_len=engine.max_model_len,
         max_num_seqs=engine.max_num_seqs,
         max_num_batched_tokens=engine.max_num_batched_tokens,

@@ -1,0 +1,99 @@
+"""The Deployment the operator renders really serves: its exact command, arguments and environment (mapped to
+CPU by the rule in tests/support/cpu_rule.py) run the real vLLM engine on a tiny Qwen2 model; the probe paths
+answer, the served model is listed, chat completions work, every metric the autoscaler and the operator's
+alerts read exists, and a burst above maxNumSeqs makes the queue-depth signal rise."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from qwen_fleet.render import metric_names as names
+from tests.support.cpu_rule import local_process
+from tests.support.serving import MAX_NUM_SEQS, NAME, RenderedServer, rendered_children
+
+pytestmark = pytest.mark.vllm
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, dict[str, Any]]:
+    return rendered_children()
+
+
+def test_the_rule_keeps_the_rendered_command_and_engine_arguments(rendered: dict[str, dict[str, Any]],
+                                                                 vllm_python: str, tiny_qwen_dir: Path) -> None:
+    container = rendered["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    local = local_process(rendered["Deployment"], vllm_python, {"model": tiny_qwen_dir}, 12345)
+    assert local.argv[1:3] == container["command"][1:3]
+    args = container["args"]
+    for flag in ("--max-num-seqs", "--max-num-batched-tokens", "--max-model-len", "--scheduling-policy",
+                 "--shutdown-timeout", "--served-model-name", "--tensor-parallel-size"):
+        assert local.argv[local.argv.index(flag) + 1] == args[args.index(flag) + 1]
+    assert local.argv[local.argv.index("--model") + 1] == str(tiny_qwen_dir)
+    assert local.argv[local.argv.index("--port") + 1] == "12345"
+    assert local.env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1" and local.env["HF_HUB_OFFLINE"] == "1"
+
+
+def test_the_rule_refuses_what_a_cpu_cannot_do(rendered: dict[str, dict[str, Any]], vllm_python: str) -> None:
+    dep = rendered["Deployment"]
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    tp = args.index("--tensor-parallel-size") + 1
+    container_tp2 = {**container, "args": [*args[:tp], "2", *args[tp + 1:]]}
+    dep_tp2 = {"spec": {"template": {"spec": {"containers": [container_tp2]}}}}
+    with pytest.raises(ValueError, match="needs GPUs"):
+        local_process(dep_tp2, vllm_python, {}, 1)
+
+
+def test_probe_paths_models_and_chat(serving_vllm: RenderedServer, rendered: dict[str, dict[str, Any]]) -> None:
+    container = rendered["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        status, _ = serving_vllm.get(container[probe]["httpGet"]["path"])
+        assert status == 200, probe
+    status, text = serving_vllm.get("/v1/models")
+    assert status == 200 and f'"{NAME}"' in text
+    status, body = serving_vllm.post_json("/v1/chat/completions", {
+        "model": NAME, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8})
+    assert status == 200, body
+    assert body["choices"][0]["message"]["role"] == "assistant"
+    assert body["usage"]["completion_tokens"] >= 1
+
+
+def test_every_metric_the_autoscaler_and_alerts_read_exists(serving_vllm: RenderedServer,
+                                                            rendered: dict[str, dict[str, Any]]) -> None:
+    exported = set(serving_vllm.metrics())
+    used = {names.QUEUE_SERIES, names.KV_CACHE_SERIES, names.RUNNING_SERIES}
+    for rule in rendered["PrometheusRule"]["spec"]["groups"][0]["rules"]:
+        used |= set(re.findall(r"vllm:[a-z_]+", rule["expr"]))
+    assert used - exported == set()
+    hpa_metrics = {m["pods"]["metric"]["name"] for m in rendered["HorizontalPodAutoscaler"]["spec"]["metrics"]}
+    assert hpa_metrics == {names.QUEUE_METRIC, names.KV_CACHE_METRIC}
+
+
+def test_a_burst_above_max_num_seqs_raises_the_queue_depth_signal(serving_vllm: RenderedServer) -> None:
+    peak = 0.0
+    done = threading.Event()
+
+    def watch() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, serving_vllm.metrics().get(names.QUEUE_SERIES, 0.0))
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    burst = 4 * MAX_NUM_SEQS
+    request = {"model": NAME, "prompt": "count: 1 2 3", "max_tokens": 128, "ignore_eos": True}
+    with ThreadPoolExecutor(burst) as pool:
+        results = list(pool.map(lambda _: serving_vllm.post_json("/v1/completions", request), range(burst)))
+    done.set()
+    watcher.join()
+    assert all(status == 200 for status, _ in results)
+    print(f"queue depth peak during a burst of {burst} requests at maxNumSeqs {MAX_NUM_SEQS}: {peak}")
+    assert peak > 0

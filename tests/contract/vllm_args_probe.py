@@ -1,0 +1,50 @@
+"""Run under the vLLM venv: parse argument lists with the real vLLM OpenAI server parser of the pinned version.
+
+stdin: a JSON list of argv lists. stdout: a JSON list, per argv either {"error": "..."} or the parsed values
+the contract test compares with the spec. Builds the parser once (that is the slow part).
+"""
+
+import contextlib
+import io
+import json
+import sys
+
+FIELDS = (
+    "model", "revision", "served_model_name", "port", "tensor_parallel_size", "pipeline_parallel_size",
+    "max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size", "gpu_memory_utilization", "dtype",
+    "quantization", "kv_cache_dtype", "enforce_eager", "enable_prefix_caching", "enable_chunked_prefill",
+    "kv_offloading_size", "kv_offloading_backend", "cpu_offload_gb", "scheduling_policy", "trust_remote_code",
+    "shutdown_timeout", "runner", "hf_overrides",
+)
+
+
+def main() -> None:
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = make_arg_parser(FlexibleArgumentParser(description="vLLM OpenAI-Compatible RESTful API server."))
+    results = []
+    for argv in json.load(sys.stdin):
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                args = parser.parse_args(argv)
+                validate_parsed_serve_args(args)
+                AsyncEngineArgs.from_cli_args(args)  # the step the server takes next; types must fit
+        except SystemExit:
+            results.append({"error": err.getvalue().strip().splitlines()[-1] if err.getvalue() else "exit"})
+            continue
+        except Exception as exc:  # noqa: BLE001 - reported back to the test
+            results.append({"error": f"{type(exc).__name__}: {exc}"})
+            continue
+        out = {}
+        for name in FIELDS:
+            value = getattr(args, name, None)
+            out[name] = value if isinstance(value, (str, int, float, bool, list, dict, type(None))) else str(value)
+        results.append(out)
+    json.dump(results, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""The documented rule that runs a rendered vLLM container as a local process on CPU (see docs/vllm-contract.md).
+
+Only what has no CPU equivalent changes; the command, the engine arguments and the environment are otherwise
+taken verbatim from the Deployment the operator renders:
+1. interpreter: ``python3`` (the image's) -> the CPU engine venv's interpreter, same vLLM version;
+2. volumes: every argument or environment value under a container mountPath is rewritten to the local
+   directory standing in for that volume (``/models`` -> the tiny model made at test time);
+3. network: ``--port N`` -> a free loopback port, plus ``--host 127.0.0.1`` (a pod listens on its own IP);
+4. GPUs: the ``nvidia.com/gpu`` request has no CPU equivalent and is dropped; the KV-cache memory that
+   ``--gpu-memory-utilization`` carves out of a GPU is ``VLLM_CPU_KVCACHE_SPACE`` GiB on the CPU engine;
+   flags the CPU engine cannot honour (an fp8 KV cache, tensor parallelism > 1) are refused by this rule,
+   so the test's spec must not use them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CPU_UNSUPPORTED = {"--kv-cache-dtype": {"fp8", "fp8_e4m3", "fp8_e5m2"}}
+
+
+@dataclass(frozen=True)
+class LocalProcess:
+    argv: list[str]
+    env: dict[str, str]
+
+
+def _server(deployment: dict[str, Any]) -> dict[str, Any]:
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    return dict(next(c for c in containers if c["name"] == "vllm"))
+
+
+def _rewrite(value: str, mounts: dict[str, Path]) -> str:
+    for mount_path, local in sorted(mounts.items(), key=lambda kv: -len(kv[0])):
+        if value == mount_path or value.startswith(mount_path.rstrip("/") + "/"):
+            return str(local) + value[len(mount_path.rstrip("/")):]
+    return value
+
+
+def local_process(deployment: dict[str, Any], python: str, volumes: dict[str, Path], port: int) -> LocalProcess:
+    container = _server(deployment)
+    mounts = {m["mountPath"]: volumes[m["name"]] for m in container.get("volumeMounts", []) if m["name"] in volumes}
+    argv = [*container["command"], *container["args"]]
+    assert argv[0] == "python3", argv[0]
+    argv[0] = python
+    argv = [_rewrite(a, mounts) for a in argv]
+    for flag, bad in CPU_UNSUPPORTED.items():
+        if flag in argv and argv[argv.index(flag) + 1] in bad:
+            raise ValueError(f"{flag} {argv[argv.index(flag) + 1]} has no CPU equivalent")
+    tp = argv[argv.index("--tensor-parallel-size") + 1]
+    if tp != "1":
+        raise ValueError("tensor parallelism needs GPUs")
+    argv[argv.index("--port") + 1] = str(port)
+    argv += ["--host", "127.0.0.1"]
+    env: dict[str, str] = {}
+    for var in container.get("env", []):
+        if "valueFrom" in var:
+            raise ValueError(f"{var['name']} comes from a Secret/ConfigMap; the contract test uses literal values")
+        env[var["name"]] = _rewrite(var["value"], mounts)
+    return LocalProcess(argv, env)
