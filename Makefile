@@ -57,13 +57,16 @@ test-e2e: setup ## end to end: cluster + operator + metrics + engine
 	$(VENV)/bin/pytest -p no:cacheprovider tests/e2e $(PYTEST_ARGS)
 
 .PHONY: generate lint bench cluster-up cluster-down
-generate: venv ## regenerate the CRD (and the chart's copy) from the pydantic models
+generate: venv ## regenerate the CRD (and the chart's byte-for-byte copy) from the pydantic models
 	$(VENV)/bin/qwen-fleet crd -o crds/qwenfleet.io_qweninferences.yaml
-	@if [ -d charts/qwen-fleet/crds ]; then cp crds/qwenfleet.io_qweninferences.yaml charts/qwen-fleet/crds/; fi
+	cp crds/qwenfleet.io_qweninferences.yaml charts/qwen-fleet/files/crds/qwenfleet.io_qweninferences.yaml
 
-lint: venv ## ruff, mypy (strict)
+lint: venv ## ruff, mypy (strict), hadolint (images/*/Dockerfile), helm lint --strict (the chart)
 	$(VENV)/bin/ruff check operator tests bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/hadolint images/*/Dockerfile
+	@hack/build-binaries.sh helm
+	"$$($(PY) -c 'from qwen_fleet.devcluster.binaries import locate; print(locate().helm)')" lint --strict charts/qwen-fleet
 
 bench: venv binaries ## benchmarks; figures go to bench/results/
 	$(PY) -m bench.run

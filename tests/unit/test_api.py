@@ -63,8 +63,9 @@ def test_committed_crd_matches_the_models() -> None:
 
 
 def test_chart_carries_the_same_crd() -> None:
-    chart_copy = ROOT / "charts" / "qwen-fleet" / "crds" / "qwenfleet.io_qweninferences.yaml"
-    if not chart_copy.parent.parent.exists():
+    # The chart renders its CRD from this copy (templates/crd.yaml), so `helm upgrade` can update it.
+    chart_copy = ROOT / "charts" / "qwen-fleet" / "files" / "crds" / "qwenfleet.io_qweninferences.yaml"
+    if not chart_copy.parent.parent.parent.exists():
         pytest.fail("charts/qwen-fleet is missing")
     assert chart_copy.read_text() == render_yaml(), "run `make generate`"
 
