@@ -35,7 +35,7 @@ def main() -> None:
         except SystemExit:
             results.append({"error": err.getvalue().strip().splitlines()[-1] if err.getvalue() else "exit"})
             continue
-        except Exception as exc:  # noqa: BLE001 - reported back to the test
+        except Exception as exc:  # reported back to the test
             results.append({"error": f"{type(exc).__name__}: {exc}"})
             continue
         out = {}
