@@ -90,7 +90,15 @@ def _show(kubectl: Kubectl, name: str) -> None:
     obj: dict[str, Any] = json.loads(kubectl("get", "qwi", name, "-n", "default", "-o", "json"))
     for cond in obj.get("status", {}).get("conditions", []):
         print(f"  {cond['type']:<14} {cond['status']:<6} {cond['reason']}: {cond['message']}")
-    print(f"  endpoint: {obj.get('status', {}).get('endpoint')}")
+    status = obj.get("status", {})
+    print(f"  endpoint: {status.get('endpoint')}")
+    cap = status.get("capacity") or {}
+    if cap.get("kvCacheTokens") is not None:
+        print(f"  capacity per replica: {cap['weightsGiBPerGpu']} GiB weights and {cap['kvCacheGiBPerGpu']} GiB KV "
+              f"cache per GPU = {cap['kvCacheTokens']:,} tokens, {cap['maxConcurrentSequences']} sequences of "
+              f"{cap['maxModelLen']:,} tokens at once")
+    for warning in cap.get("warnings", []):
+        print(f"  planner: {warning}")
 
 
 def run_demo(example: Path, keep: bool = True) -> int:
