@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the real control-plane binaries from the Go module proxy, pinned, cached outside the repository.
 #
-#   hack/build-binaries.sh [component...]    components: k8s etcd kwok helm (default: all)
+#   hack/build-binaries.sh [component...]    components: k8s etcd kwok helm prometheus adapter (default: all)
 #
 # Each component lands in $QF_CACHE/<component>/<version>/bin and is rebuilt only when a binary is missing.
 # Why a wrapper module for k8s.io/kubernetes: its go.mod pins every staging module at v0.0.0 with a
@@ -110,11 +110,50 @@ build_helm() {
   GOBIN="$out" go install "helm.sh/helm/$major/cmd/helm@$HELM_VERSION"
 }
 
+build_prometheus() {
+  local out="$QF_CACHE/prometheus/$PROMETHEUS_VERSION/bin"
+  have_all "$out" prometheus && return 0
+  log "building prometheus $PROMETHEUS_VERSION"
+  # remove_all_sd drops the ~25 cloud service-discovery plugins (static and file SD stay in the minimum
+  # set): we only scrape local targets, and the build is much shorter. Without the builtinassets tag the
+  # web UI is not embedded; the HTTP API, which is all the adapter and the tests use, is unaffected.
+  # Module v0.316.0 is Prometheus 3.16.0 (v0.<major*100+minor>.<patch>); report the release version.
+  local mm=${PROMETHEUS_VERSION#v0.}; mm=${mm%%.*}
+  local release="$((mm / 100)).$((mm % 100)).${PROMETHEUS_VERSION##*.}"
+  local ld="-s -w -X github.com/prometheus/common/version.Version=$release"
+  ld="$ld -X github.com/prometheus/common/version.Branch=module-proxy"
+  ld="$ld -X github.com/prometheus/common/version.Revision=module-proxy"
+  mkdir -p "$out.tmp"
+  GOBIN="$out.tmp" go install -trimpath -tags remove_all_sd -ldflags "$ld" \
+    "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION"
+  rm -rf "$out"; mv "$out.tmp" "$out"
+}
+
+build_adapter() {
+  local out="$QF_CACHE/adapter/$PROMETHEUS_ADAPTER_VERSION/bin"
+  have_all "$out" prometheus-adapter && return 0
+  log "building prometheus-adapter $PROMETHEUS_ADAPTER_VERSION"
+  # Its go.mod has no replace directives, but `go install ...@v` still fails: it asks the proxy for the
+  # module's version list (to check for a deprecation notice) and the proxy refuses that list (403) while it
+  # serves the pinned version itself. A wrapper module that requires the exact version needs no list.
+  local mod; mod=$(mktemp -d "${TMPDIR:-/tmp}/qf-adapter-mod.XXXXXX")
+  (
+    cd "$mod"
+    go mod init qwen-fleet.local/adapterbin >/dev/null 2>&1
+    go mod edit -require="sigs.k8s.io/prometheus-adapter@$PROMETHEUS_ADAPTER_VERSION"
+    printf '//go:build tools\n\npackage tools\n\nimport _ "sigs.k8s.io/prometheus-adapter/cmd/adapter"\n' > tools.go
+    go mod tidy
+    mkdir -p "$out.tmp"
+    go build -trimpath -ldflags "-s -w" -o "$out.tmp/prometheus-adapter" sigs.k8s.io/prometheus-adapter/cmd/adapter
+  )
+  rm -rf "$out"; mv "$out.tmp" "$out"; rm -rf "$mod"
+}
+
 components=("$@")
-[ ${#components[@]} -gt 0 ] || components=(etcd kwok helm k8s)
+[ ${#components[@]} -gt 0 ] || components=(etcd kwok helm k8s prometheus adapter)
 for c in "${components[@]}"; do
   case $c in
-    k8s|etcd|kwok|helm) "build_$c" ;;
+    k8s|etcd|kwok|helm|prometheus|adapter) "build_$c" ;;
     *) log "unknown component: $c"; exit 2 ;;
   esac
 done

@@ -12,3 +12,7 @@ KUBERNETES = "v1.36.3"
 ETCD = "v3.6.16"
 KWOK = "v0.8.0"
 HELM = "v4.3.1"
+# The autoscaler's metrics path (tests and the local demo): Prometheus (Go module version v0.316.0 is
+# Prometheus 3.16.0) and prometheus-adapter, which serves custom.metrics.k8s.io to the HPA controller.
+PROMETHEUS = "v0.316.0"
+PROMETHEUS_ADAPTER = "v0.12.0"

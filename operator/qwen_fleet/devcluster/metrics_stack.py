@@ -144,11 +144,13 @@ class MetricsStack:
     def stop(self) -> None:
         # Unregister first: an APIService whose server is gone makes discovery fail cluster-wide (namespace
         # deletion and garbage collection wait on it).
-        if self._registered:
-            self._unregister()
-        for name in reversed(list(self.components)):
-            self.components[name].stop()
-        self.components.clear()
+        try:
+            if self._registered:
+                self._unregister()
+        finally:
+            for name in reversed(list(self.components)):
+                self.components[name].stop()
+            self.components.clear()
 
     def cleanup(self) -> None:
         self.stop()
@@ -170,8 +172,8 @@ class MetricsStack:
     def set_dcgm_targets(self, addresses: Sequence[str], namespace: str = "gpu-operator",
                          pod: str = "nvidia-dcgm-exporter") -> None:
         """dcgm-exporter endpoints. Their own namespace/pod labels lose to the scraped ones (honor_labels)."""
-        groups = [PodTarget(a, namespace, f"{pod}-{i}", container="nvidia-dcgm-exporter").file_sd_group()
-                  for i, a in enumerate(addresses)]
+        groups = [PodTarget(a, namespace, f"{pod}-{i}", container="nvidia-dcgm-exporter", service=pod)
+                  .file_sd_group() for i, a in enumerate(addresses)]
         self._write_json(self.workdir / "targets" / "dcgm.json", groups)
 
     # --- queries --------------------------------------------------------------------------------------

@@ -1,0 +1,146 @@
+"""Autoscaling end to end with the real HPA controller, Prometheus, prometheus-adapter and a real vLLM engine.
+
+Everything in the loop is the real program: kube-apiserver with the aggregation layer, kube-controller-manager
+(HPA sync every 5 s), kwok GPU nodes, the operator as its own process, Prometheus (1 s scrapes), and
+prometheus-adapter fed exactly the rules ``helm template`` renders from the chart. The one stand-in is the
+pod: kwok pods run no containers, so one real vLLM CPU server (tiny random-weight Qwen2, ``--max-num-seqs
+4``) speaks for the fleet's oldest pod: Prometheus scrapes it with that pod's ``namespace``, ``pod`` and
+``qwenfleet_io_inference`` labels, relabelled as the operator's ServiceMonitor would. Pods the HPA adds
+have no server behind them: they export nothing, exactly like vLLM pods still loading a model, and the HPA
+counts them as missing (0 on the way up, at-target on the way down).
+
+GPU utilisation: there is no GPU here. ``DCGM_FI_DEV_GPU_UTIL`` comes from a small test exporter
+(prometheus-client, :class:`qwen_fleet.devcluster.metrics_stack.FakeDcgmExporter`) with dcgm-exporter's
+label schema (gpu, UUID, device, modelName, Hostname, DCGM_FI_DRIVER_VERSION, container, namespace, pod),
+scraped with honor_labels so the pod labels are the workload's. Its values are set by the test.
+
+Times (burst start to scale decision, burst end to minReplicas) are recorded and printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+import yaml
+from bench.autoscaling import FLEET, MAX_REPLICAS, MIN_REPLICAS, EarlyVllmServer, Sample, Scenario
+
+from qwen_fleet.devcluster.cluster import LocalCluster
+from qwen_fleet.devcluster.metrics_stack import DCGM_LABELS, FakeDcgmExporter, MetricsStack
+from qwen_fleet.render.metric_names import GPU_UTIL_METRIC, KV_CACHE_METRIC, QUEUE_METRIC
+from tests.support.kube import condition, get
+from tests.support.operator_process import OperatorProcess, audit_writes
+
+pytestmark = [pytest.mark.cluster, pytest.mark.vllm, pytest.mark.slow]
+
+
+def _changes(samples: list[Sample]) -> list[int]:
+    """The Deployment's replica count each time it changed."""
+    out: list[int] = []
+    for s in samples:
+        if not out or s.replicas != out[-1]:
+            out.append(s.replicas)
+    return out
+
+
+def _check_series_labels(stack: MetricsStack, scenario: Scenario, namespace: str) -> None:
+    (queue,) = stack.query(f'vllm:num_requests_waiting{{namespace="{namespace}"}}')
+    assert queue["metric"]["pod"] == scenario.mapped_pod
+    assert queue["metric"]["qwenfleet_io_inference"] == FLEET
+    assert get(scenario.cluster, "pod", str(scenario.mapped_pod), namespace) is not None
+    gpus = stack.query(f'DCGM_FI_DEV_GPU_UTIL{{namespace="{namespace}"}}')
+    assert gpus, "no DCGM series for the fleet"
+    for series in gpus:
+        # honor_labels: the workload's namespace/pod/container, not the exporter's target labels
+        assert set(DCGM_LABELS) <= set(series["metric"])
+        assert series["metric"]["container"] == "vllm"
+        assert "exported_pod" not in series["metric"]
+    assert scenario.mapped_pod in {s["metric"]["pod"] for s in gpus}
+
+
+def _check_scaling_status(qwi: dict[str, Any], scenario: Scenario) -> None:
+    """The CR explains the scaling state in words mirrored from the HPA's conditions.
+
+    ``qwi`` is the CR as it was when the fleet sat at maxReplicas with the burst still on.
+    """
+    limited, active = condition(qwi, "ScalingLimited"), condition(qwi, "ScalingActive")
+    assert limited is not None, json.dumps(qwi.get("status"))
+    assert limited["status"] == "True"
+    assert limited["reason"] in ("TooManyReplicas", "ScaleUpLimit")
+    assert "replica count" in limited["message"]
+    assert active is not None
+    assert (active["status"], active["reason"]) == ("True", "ValidMetricFound")
+    assert "metric" in active["message"]
+    summary = qwi["status"]["autoscaling"]
+    assert "ScalingLimited=True" in summary["message"]
+    # ... and it keeps following the HPA: the same reason on both, once the operator has seen the change.
+    scenario.wait("the CR's ScalingLimited to match the HPA's", lambda: (condition(scenario.qwi(), "ScalingLimited")
+                  or {}).get("reason") == (condition(scenario.hpa(), "ScalingLimited") or {}).get("reason"), 60)
+
+
+def _check_operator_left_replicas_alone(cluster: LocalCluster, namespace: str, since: float) -> None:
+    full = json.loads(cluster.kubectl("get", "deployment", FLEET, "-n", namespace, "-o", "json",
+                                      "--show-managed-fields").stdout)
+    owners = [m["manager"] for m in full["metadata"]["managedFields"]
+              if "f:replicas" in json.dumps((m.get("fieldsV1") or {}).get("f:spec", {}))]
+    assert "qwen-fleet" not in owners, owners
+    scale_writes = [e for e in audit_writes(cluster, since)
+                    if (e.get("objectRef") or {}).get("resource") == "deployments"
+                    and (e.get("objectRef") or {}).get("subresource") == "scale"]
+    assert scale_writes == []
+
+
+def test_hpa_scales_the_fleet_on_vllm_queue_depth_and_gpu_utilisation(
+        autoscaling_vllm: EarlyVllmServer, operator: OperatorProcess, metrics_stack: MetricsStack,
+        dcgm_exporter: FakeDcgmExporter, namespace: str) -> None:
+    cluster = metrics_stack.cluster
+    rules = yaml.safe_load(metrics_stack.adapter_rules)["rules"]
+    assert {r["name"]["as"] for r in rules} == {QUEUE_METRIC, KV_CACHE_METRIC, GPU_UTIL_METRIC}
+    since = time.time()
+    server = autoscaling_vllm.wait_ready()
+    scenario = Scenario(cluster, namespace, vllm=server, stack=metrics_stack, dcgm=dcgm_exporter)
+    try:
+        scenario.deploy()
+        hpa = scenario.wait_for_metrics()
+        _check_series_labels(metrics_stack, scenario, namespace)
+        assert metrics_stack.custom_metric(namespace, QUEUE_METRIC) == {scenario.mapped_pod: 0.0}
+        assert GPU_UTIL_METRIC not in {m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"]}  # opt-in
+
+        # Idle: the queue is empty and the fleet stays at minReplicas through several HPA syncs.
+        idle = scenario.idle(15)
+        assert idle
+        assert {s.replicas for s in idle} == {MIN_REPLICAS}
+        assert {s.hpa_desired for s in idle} == {MIN_REPLICAS}
+
+        # Burst: 32 clients against maxNumSeqs 4 -> ~28 waiting -> 6 replicas wanted, 3 allowed.
+        at_max = scenario.burst()
+        burst = [s for s in scenario.rec.samples if s.phase == "burst"]
+        assert max(s.waiting for s in burst) > 2 * 4, "the burst did not queue well above maxNumSeqs"
+        assert max(s.hpa_metrics.get(QUEUE_METRIC, 0) for s in burst) > 0, "the HPA never saw the queue"
+        _check_scaling_status(at_max, scenario)
+        assert _changes(burst)[-1] == MAX_REPLICAS
+        scenario.end_burst()
+        cool = [s for s in scenario.rec.samples if s.phase == "cool-down"]
+        assert _changes(cool)[-1] == MIN_REPLICAS
+        assert _changes(cool) == sorted(_changes(cool), reverse=True), "replicas went back up on the way down"
+        assert _changes(burst) == sorted(_changes(burst)), "replicas dropped during the burst"
+
+        # GPU utilisation opted in: a busy GPU with an empty queue is enough to add a replica.
+        hpa = scenario.gpu_only(percent=100)
+        gpu_samples = [s for s in scenario.rec.samples if s.phase == "gpu-util"]
+        assert all(s.waiting == 0 for s in gpu_samples)
+        current = {m["pods"]["metric"]["name"]: m["pods"]["current"]["averageValue"]
+                   for m in hpa["status"]["currentMetrics"]}
+        assert GPU_UTIL_METRIC in current
+        assert current[QUEUE_METRIC] == "0"
+    finally:
+        scenario.stop()
+        figures = scenario.results()
+        (metrics_stack.workdir / "autoscaling.json").write_text(json.dumps(figures, indent=1))
+        print(json.dumps({k: v for k, v in figures.items() if k != "samples"}, indent=1))
+        autoscaling_vllm.stop()  # done with the engine; free its memory for the rest of the session
+    _check_operator_left_replicas_alone(cluster, namespace, since)
+    assert operator.proc is not None
+    assert operator.proc.poll() is None
