@@ -29,7 +29,11 @@ binaries: ## build the control-plane binaries from the Go module proxy (cached i
 vllm-venv: ## the cached venv with the pinned CPU build of vLLM (for contract and e2e tests)
 	hack/vllm-venv.sh >/dev/null
 
-setup: venv binaries vllm-venv ## everything the tests need
+setup: venv ## everything the tests need; the engine venv installs (network-bound) while Go compiles (CPU-bound)
+	@hack/vllm-venv.sh >/dev/null & engine=$$!; \
+	  hack/build-binaries.sh; built=$$?; \
+	  wait $$engine; venv=$$?; \
+	  if [ $$built -ne 0 ] || [ $$venv -ne 0 ]; then echo "setup failed (binaries: $$built, vllm venv: $$venv)" >&2; exit 1; fi
 
 # --- the two commands ---------------------------------------------------------------------------------------
 

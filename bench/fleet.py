@@ -133,8 +133,7 @@ def _reconciles(operator: OperatorProcess, result: str) -> float:
 def with_operator(docs: list[dict[str, Any]], workdir: Path, timeout: float, steady_seconds: float,
                   profile: Path | None = None) -> dict[str, Any]:
     cluster = cluster_for(docs, workdir)
-    cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds" / "qwenfleet.io_qweninferences.yaml"))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/qweninferences.qwenfleet.io", "--timeout=60s")
+    cluster.install_crd(ROOT / "crds" / "qwenfleet.io_qweninferences.yaml")
     operator = OperatorProcess(cluster, workdir / "operator.log")
     out: dict[str, Any] = {}
     try:

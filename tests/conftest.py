@@ -35,8 +35,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 @pytest.fixture(scope="session")
 def crd(cluster: LocalCluster) -> Path:
-    cluster.kubectl("apply", "--server-side", "-f", str(CRD_FILE))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/qweninferences.qwenfleet.io", "--timeout=60s")
+    cluster.install_crd(CRD_FILE)
     return CRD_FILE
 
 

@@ -29,9 +29,8 @@ def chart_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
     try:
         # The Prometheus Operator's kinds exist from the start: dry-runs of ServiceMonitor/PrometheusRule need
         # them, and the operator then watches, applies and prunes both kinds (so the audit covers their rules).
-        cluster.kubectl("apply", "--server-side", "-f", str(MONITORING_CRDS))
-        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                        "crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
+        cluster.install_crd(MONITORING_CRDS, "servicemonitors.monitoring.coreos.com")
+        cluster.install_crd(MONITORING_CRDS, "prometheusrules.monitoring.coreos.com")
         yield cluster
     finally:
         cluster.stop()

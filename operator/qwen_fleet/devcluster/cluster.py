@@ -191,6 +191,14 @@ class LocalCluster:
             raise KubectlError(result.returncode, argv, result.stdout, result.stderr)
         return result
 
+    def install_crd(self, path: Path, name: str = "qweninferences.qwenfleet.io", timeout: float = 60) -> None:
+        """Apply a CRD and wait until it is Established (polling: a brand-new CRD may have no conditions yet,
+        which `kubectl wait` reports as an error instead of waiting)."""
+        self.kubectl("apply", "--server-side", "-f", str(path))
+        query = "jsonpath={.status.conditions[?(@.type=='Established')].status}"
+        wait_for(f"CRD {name} Established", lambda: self.kubectl("get", f"crd/{name}", "-o", query).stdout == "True",
+                 timeout)
+
     @contextmanager
     def outage(self, *names: str) -> Iterator[None]:
         """Stop the named components (e.g. etcd, kube-apiserver) and start them again on exit."""

@@ -22,7 +22,7 @@ import yaml
 
 from qwen_fleet.devcluster import binaries
 from qwen_fleet.devcluster.cluster import LocalCluster, free_port
-from qwen_fleet.devcluster.processes import _die_with_parent
+from qwen_fleet.devcluster.processes import _die_with_parent, wait_for
 
 ROOT = binaries.repo_root() or Path.cwd()
 CRD = ROOT / "crds" / "qwenfleet.io_qweninferences.yaml"
@@ -121,7 +121,9 @@ def run_demo(example: Path, keep: bool = True) -> int:
         print(kubectl("get", "nodes", "-L", "nvidia.com/gpu.product,nvidia.com/gpu.count"))
         say("installing the QwenInference CRD and the operator's RBAC (from the Helm chart)")
         kubectl("apply", "--server-side", "-f", str(CRD))
-        kubectl("wait", "--for=condition=Established", "crd/qweninferences.qwenfleet.io", "--timeout=60s")
+        query = "jsonpath={.status.conditions[?(@.type=='Established')].status}"
+        wait_for("the CRD Established", lambda: kubectl("get", "crd/qweninferences.qwenfleet.io", "-o", query,
+                                                        check=False) == "True", 60)
         kubectl("create", "namespace", NAMESPACE, check=False)
         kubectl("apply", "-f", "-", input=_rbac_manifests(bins.helm))
         op_kubeconfig = _operator_kubeconfig(kubectl, kubeconfig, workdir)
