@@ -45,3 +45,17 @@ def test_retry_backs_off_exponentially_and_forget_resets() -> None:
         assert len(q) == 1
 
     asyncio.run(main())
+
+
+def test_add_after_keeps_the_earliest_timer() -> None:
+    async def main() -> None:
+        q = WorkQueue()
+        key = ("ns", "a")
+        q.add_after(key, 0.05)
+        for _ in range(20):  # a stream of later requests must not push the first one back
+            q.add_after(key, 0.2)
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.06)
+        assert len(q) == 1
+
+    asyncio.run(main())

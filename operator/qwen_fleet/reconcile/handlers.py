@@ -39,6 +39,7 @@ CHILD_RESOURCES = (
     ("monitoring.coreos.com", "v1", "prometheusrules"),
 )
 MANAGED = {MANAGED_BY_LABEL: MANAGED_BY}
+COALESCE_SECONDS = 0.5
 
 
 class Runtime:
@@ -154,9 +155,16 @@ async def _child_event(event: kopf.RawEvent, **_: Any) -> None:
     owner = owner_key(body)
     if owner is None:
         return
-    RUNTIME.store.child_event(owner, body, deleted=event.get("type") == "DELETED")
+    deleted = event.get("type") == "DELETED"
+    RUNTIME.store.child_event(owner, body, deleted=deleted)
     if owner in RUNTIME.store.resources:
-        RUNTIME.queue.add(owner)
+        # A deleted child is restored at once; status changes of children come in bursts during a rollout
+        # (replicas, updated, ready, available ...): gathering them costs a fraction of a second and saves a
+        # status write per change.
+        if deleted:
+            RUNTIME.queue.add(owner)
+        else:
+            RUNTIME.queue.add_after(owner, COALESCE_SECONDS)
 
 
 for _group, _version, _plural in CHILD_RESOURCES:
@@ -174,7 +182,7 @@ async def _pods(body: Any, **_: Any) -> dict[Key, dict[str, Any]] | None:
 async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
     key = instance_key(event.get("object") or {})
     if key is not None and key in RUNTIME.store.resources:
-        RUNTIME.queue.add(key)
+        RUNTIME.queue.add_after(key, COALESCE_SECONDS)
 
 
 # --- workers ----------------------------------------------------------------------------------------------

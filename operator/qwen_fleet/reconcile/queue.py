@@ -35,10 +35,14 @@ class WorkQueue:
             self._queue.put_nowait(key)
 
     def add_after(self, key: Key, delay: float) -> None:
-        old = self._timers.pop(key, None)
-        if old is not None:
-            old.cancel()
-        self._timers[key] = asyncio.get_running_loop().call_later(delay, self._fire, key)
+        """Queue ``key`` after ``delay``; an earlier pending timer wins (a stream of events cannot starve it)."""
+        pending = self._timers.get(key)
+        loop = asyncio.get_running_loop()
+        if pending is not None:
+            if pending.when() <= loop.time() + delay:
+                return
+            pending.cancel()
+        self._timers[key] = loop.call_later(delay, self._fire, key)
 
     def _fire(self, key: Key) -> None:
         self._timers.pop(key, None)
