@@ -59,11 +59,33 @@ QUANTITY_PATTERN = (
 _QUANTITY_RE = re.compile(QUANTITY_PATTERN)
 
 
+_MAX_QUANTITY = 2**63 - 1  # an int64, as Kubernetes stores quantities; beyond it the planner's arithmetic fails
+
+
+def _is_quantity(value: str) -> bool:
+    # fullmatch, not match: Python's `$` also matches before a trailing newline, Go's (the apiserver's) does
+    # not. And the pattern admits what no quantity parser reads (".5E.3": a decimal exponent), which would
+    # make the planner raise; the parser has the last word.
+    from kubernetes.utils.quantity import parse_quantity
+
+    if not _QUANTITY_RE.fullmatch(value):
+        return False
+    try:
+        parse_quantity(value)
+    except ValueError:
+        return False
+    return True
+
+
 def _check_quantity(value: int | str) -> int | str:
-    if isinstance(value, bool) or (isinstance(value, str) and not _QUANTITY_RE.match(value)):
+    from kubernetes.utils.quantity import parse_quantity
+
+    if isinstance(value, bool) or (isinstance(value, str) and not _is_quantity(value)):
         raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 16Gi, 500m, 8)")
     if isinstance(value, int) and value < 0:
         raise ValueError(f"{value!r} is negative; a size must be zero or more")
+    if parse_quantity(value) > _MAX_QUANTITY:
+        raise ValueError(f"{value!r} is too large for a Kubernetes quantity (at most {_MAX_QUANTITY})")
     return value
 
 
@@ -80,7 +102,7 @@ _PERCENT_RE = re.compile(r"^[0-9]+%$")
 
 
 def _check_int_or_percent(value: int | str) -> int | str:
-    if isinstance(value, bool) or (isinstance(value, str) and not _PERCENT_RE.match(value)):
+    if isinstance(value, bool) or (isinstance(value, str) and not _PERCENT_RE.fullmatch(value)):
         raise ValueError(f"{value!r} must be a number of pods or a percentage such as 25%")
     if isinstance(value, int) and value < 0:
         raise ValueError(f"{value!r} must not be negative")

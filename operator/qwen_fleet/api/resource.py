@@ -161,7 +161,7 @@ NAME_FORMAT_RULE = Rule(
 def _dns1035(name: str) -> bool:
     import re
 
-    return bool(re.match(r"^[a-z]([-a-z0-9]*[a-z0-9])?$", name))
+    return bool(re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name))  # not match: `$` allows a trailing newline
 
 
 class QwenInference(ApiModel, rules=[NAME_RULE, NAME_FORMAT_RULE]):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import socket
 from collections import Counter
 from collections.abc import Mapping
@@ -34,6 +35,21 @@ PLURALS: dict[tuple[str, str], str] = {
     ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrules",
     ("qwenfleet.io/v1alpha1", "QwenInference"): "qweninferences",
 }
+
+
+# JSON is YAML except in one respect: YAML has no surrogate-pair escapes. json.dumps writes a character beyond
+# the BMP (an emoji in an annotation or an argument) as "\ud83e\udd99", which the apiserver's YAML decoder of
+# an apply-patch+yaml body refuses; YAML's own escape for it is "\U0001f999".
+_SURROGATE_PAIR = re.compile(r"(?<!\\)((?:\\\\)*)\\u(d[89ab][0-9a-f]{2})\\u(d[c-f][0-9a-f]{2})")
+
+
+def apply_body(obj: Mapping[str, Any]) -> str:
+    """An apply-patch+yaml body: JSON, with non-BMP characters escaped the YAML way."""
+    def escape(m: re.Match[str]) -> str:
+        code = 0x10000 + ((int(m[2], 16) - 0xD800) << 10) + (int(m[3], 16) - 0xDC00)
+        return f"{m[1]}\\U{code:08x}"
+
+    return _SURROGATE_PAIR.sub(escape, json.dumps(obj))
 
 
 class KubeError(Exception):
@@ -131,7 +147,7 @@ class KubeClient:
         meta = obj["metadata"]
         path = object_path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
         result: dict[str, Any] = await self.request(
-            "PATCH", path, {"fieldManager": FIELD_MANAGER, "force": "true"}, body=dict(obj),
+            "PATCH", path, {"fieldManager": FIELD_MANAGER, "force": "true"}, body=apply_body(obj),
             content_type="application/apply-patch+yaml")
         return result
 

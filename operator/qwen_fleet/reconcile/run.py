@@ -29,13 +29,14 @@ REQUIRED = (
 
 def preflight(config: OperatorConfig) -> str | None:
     """None when the operator can run; otherwise one line saying what is wrong."""
+    import yaml
     from kubernetes.config import ConfigException
 
     from qwen_fleet.reconcile.kube import KubeClient, KubeError
 
     try:
         kube = KubeClient.from_environment(workers=1)
-    except (ConfigException, OSError, ValueError, TypeError, AttributeError) as err:
+    except (ConfigException, OSError, ValueError, TypeError, AttributeError, yaml.YAMLError) as err:
         detail = str(err).splitlines()[0] if str(err) else type(err).__name__
         where = os.environ.get("KUBECONFIG", "~/.kube/config")
         return f"cannot load Kubernetes credentials from {where} (or in-cluster): {detail}"
@@ -43,6 +44,9 @@ def preflight(config: OperatorConfig) -> str | None:
         try:
             kube._request_sync("GET", "/version")
         except KubeError as err:
+            if err.status in (401, 403):
+                return (f"the Kubernetes API at {kube.api.configuration.host} refused the credentials: "
+                        f"{err.status} {err.message or err.reason}")
             return f"cannot reach the Kubernetes API at {kube.api.configuration.host}: {err.message or err.reason}"
         try:
             kube._request_sync("GET", f"/apis/{GROUP}/{VERSION}")
@@ -75,8 +79,11 @@ def run_operator(verbose: bool = False) -> int:
     config = OperatorConfig.from_env()
     logging.basicConfig(level=logging.DEBUG if verbose else getattr(logging, config.log_level, logging.INFO),
                         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s", stream=sys.stderr)
-    for noisy in ("kubernetes", "urllib3", "aiohttp"):
+    for noisy in ("kubernetes", "aiohttp"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # urllib3 warns once per connection retry ("Retrying (Retry(total=2 ...)"); the request's final error is
+    # reported by us in one line (start-up) or by the reconcile that made it, so its retries are noise.
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
     # A kubeconfig with insecure-skip-tls-verify (local clusters) is the user's choice: say it once, not per call.
     import urllib3
 
