@@ -229,7 +229,10 @@ def test_fuzzed_specs_are_accepted_and_reconciled_or_rejected_with_a_message(
     for name in names:
         cr = crs.get(name)
         if not _settled(cr):
-            problems.append(f"{name} did not settle: {json.dumps((cr or {}).get('status'))[:600]}")
+            conds = [{k: c.get(k) for k in ("type", "status", "reason", "message")}
+                     for c in ((cr or {}).get("status") or {}).get("conditions") or []]
+            problems.append(f"{name} did not settle: {json.dumps(conds)[:600]} "
+                            f"(spec {json.dumps((cr or {}).get('spec'), ensure_ascii=False)[:900]})")
             continue
         assert cr is not None
         mine = {k for k, c in children.items()
