@@ -54,7 +54,9 @@ SETTLE_TIMEOUT_S = 90
 QUIET_WINDOW_S = 2 * RESYNC_SECONDS
 # Reasons a settled resource may show besides Ready: refused by the planner, or waiting for a node (the
 # examples ask for GPU products this cluster does not have).
-SETTLED_PENDING = {"PodsPending"}
+# FailedCreate: the cluster refuses the pods for a reason outside the spec's schema (e.g. a RuntimeClass that
+# does not exist); the status names it, and creating the missing object fixes it without a spec change.
+SETTLED_PENDING = {"PodsPending", "FailedCreate"}
 
 
 class KeepAliveApi:

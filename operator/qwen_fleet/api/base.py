@@ -27,11 +27,14 @@ class Rule:
 
 
 class ApiModel(BaseModel):
+    # strict: no coercion ("true" or 1 for a boolean, "64" for an integer), exactly as the apiserver's schema
+    # check; a float field still takes a JSON integer.
     model_config = ConfigDict(
         alias_generator=to_camel,
         populate_by_name=True,
         extra="forbid",
         frozen=True,
+        strict=True,
         use_attribute_docstrings=False,
         validate_default=False,
     )
@@ -42,6 +45,23 @@ class ApiModel(BaseModel):
     def __init_subclass__(cls, rules: tuple[Rule, ...] | list[Rule] = (), **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.__rules__ = tuple(rules)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_nulls(cls, data: Any) -> Any:
+        # No field of the CRD is nullable: the apiserver prunes `null` and applies the default. Do the same.
+        # And a JSON number with a zero fraction (8.0) is an integer to the apiserver's schema check: take it
+        # as one (a float field still takes an int).
+        # Unknown keys stay, null or not, so that `extra="forbid"` refuses them as the apiserver does.
+        if isinstance(data, dict):
+            known = cls._known_keys()
+            return {k: int(v) if isinstance(v, float) and v.is_integer() and abs(v) < 2**63 else v
+                    for k, v in data.items() if v is not None or k not in known}
+        return data
+
+    @classmethod
+    def _known_keys(cls) -> frozenset[str]:
+        return frozenset(k for name, f in cls.model_fields.items() for k in (name, f.alias) if k)
 
     @model_validator(mode="after")
     def _check_rules(self) -> ApiModel:
@@ -60,6 +80,10 @@ _QUANTITY_RE = re.compile(QUANTITY_PATTERN)
 
 
 _MAX_QUANTITY = 2**63 - 1  # an int64, as Kubernetes stores quantities; beyond it the planner's arithmetic fails
+# The integer form's `maximum` in the CRD: 2**63 - 1 does not survive the float64 the apiserver reads
+# `maximum` into (it wraps to -2**63); 9e18 is exact in float64 and below the int64 limit.
+_MAX_QUANTITY_INT = 9 * 10**18
+_MAX_QUANTITY_TEXT = 64
 
 
 def _is_quantity(value: str) -> bool:
@@ -80,10 +104,13 @@ def _is_quantity(value: str) -> bool:
 def _check_quantity(value: int | str) -> int | str:
     from kubernetes.utils.quantity import parse_quantity
 
-    if isinstance(value, bool) or (isinstance(value, str) and not _is_quantity(value)):
+    if isinstance(value, bool) or (isinstance(value, str) and (len(value) > _MAX_QUANTITY_TEXT
+                                                             or not _is_quantity(value))):
         raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 16Gi, 500m, 8)")
     if isinstance(value, int) and value < 0:
         raise ValueError(f"{value!r} is negative; a size must be zero or more")
+    if isinstance(value, int) and value > _MAX_QUANTITY_INT:
+        raise ValueError(f"{value!r} is too large for a Kubernetes quantity (at most {_MAX_QUANTITY_INT})")
     if parse_quantity(value) > _MAX_QUANTITY:
         raise ValueError(f"{value!r} is too large for a Kubernetes quantity (at most {_MAX_QUANTITY})")
     return value
@@ -91,31 +118,72 @@ def _check_quantity(value: int | str) -> int | str:
 
 _INT_OR_STRING = {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True}
 
+QUANTITY_MESSAGE = "must be a Kubernetes quantity such as 16Gi, 500m or 8, below 8Ei"
 Quantity = Annotated[
     int | str,
     AfterValidator(_check_quantity),
-    WithJsonSchema({**_INT_OR_STRING, "pattern": QUANTITY_PATTERN, "minimum": 0}),
+    WithJsonSchema({
+        **_INT_OR_STRING, "pattern": QUANTITY_PATTERN, "minimum": 0, "maximum": _MAX_QUANTITY_INT,
+        "maxLength": _MAX_QUANTITY_TEXT,  # also bounds the CEL rule's cost estimate
+        # The pattern admits strings no quantity parser reads (".3e4.4") and sizes beyond int64 ("1e9999");
+        # Kubernetes' CEL quantity library has the last word, as the parser does on the Python side.
+        "x-kubernetes-validations": [{
+            "rule": "type(self) == int || (isQuantity(self) && quantity(self).isLessThan(quantity('8Ei')))",
+            "message": QUANTITY_MESSAGE}],
+    }),
 ]
 """A resource quantity ("16Gi", "500m", 8), as core Kubernetes types take it."""
 
-_PERCENT_RE = re.compile(r"^[0-9]+%$")
+# A Deployment takes a count or a percentage of at most 100 (a bare string number is refused by it).
+PERCENT_PATTERN = r"^(100|[1-9]?[0-9])%$"
+_PERCENT_RE = re.compile(PERCENT_PATTERN)
 
 
 def _check_int_or_percent(value: int | str) -> int | str:
     if isinstance(value, bool) or (isinstance(value, str) and not _PERCENT_RE.fullmatch(value)):
-        raise ValueError(f"{value!r} must be a number of pods or a percentage such as 25%")
-    if isinstance(value, int) and value < 0:
-        raise ValueError(f"{value!r} must not be negative")
+        raise ValueError(f"{value!r} must be a number of pods or a percentage from 0% to 100% such as 25%")
+    if isinstance(value, int) and not 0 <= value <= _MAX_PODS:
+        raise ValueError(f"{value!r} must be between 0 and {_MAX_PODS}")
     return value
 
 
+_MAX_PODS = 100000
 IntOrPercent = Annotated[
     int | str,
     AfterValidator(_check_int_or_percent),
-    WithJsonSchema({**_INT_OR_STRING, "pattern": r"^[0-9]+%?$", "minimum": 0}),
+    WithJsonSchema({**_INT_OR_STRING, "pattern": PERCENT_PATTERN, "minimum": 0, "maximum": _MAX_PODS}),
 ]
 """A pod count or a percentage ("25%"), as Deployment rollout fields take it."""
 
 
+# Patterns are written with explicit ASCII classes: `\s` or `\w` mean ASCII to the apiserver (Go RE2) but
+# Unicode to pydantic (Rust regex), and the two layers must agree.
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+# A qualified name (label or annotation key): an optional DNS-subdomain prefix and a name.
+QUALIFIED_NAME = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                  r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+# An extended resource name must carry a domain prefix (nvidia.com/gpu).
+RESOURCE_NAME = (r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/"
+                 r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+# A container image reference: [registry[:port]/]path[:tag][@digest].
+IMAGE = (r"^[a-z0-9]+([._-]+[a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)*"
+         r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@[a-z0-9]+([+._-][a-z0-9]+)*:[a-f0-9]{32,})?$")
+# Model repo ids, revisions, served names and paths: printable ASCII without spaces or shell metacharacters.
+TOKEN = r"^[A-Za-z0-9._/:@+=-]+$"
+
+
+def map_keys_rule(field: str, pattern: str, what: str) -> Rule:
+    """Keys of a string map (labels, annotations) checked in both layers: a structural schema cannot."""
+    compiled = re.compile(pattern)
+    cel_pattern = pattern.replace("\\", "\\\\")  # a CEL string literal escapes backslashes
+    return Rule(
+        cel=f"!has(self.{field}) || self.{field}.all(k, size(k) <= 316 && k.matches('{cel_pattern}'))",
+        check=lambda obj: all(len(k) <= 316 and compiled.fullmatch(k) for k in getattr(obj, _snake(field))),
+        message=f"{what} keys must be qualified names such as example.com/key (letters, digits, '-', '_', '.')",
+    )
+
+
+def _snake(camel: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
-from qwen_fleet.api.base import ApiModel, Quantity, Rule
+from qwen_fleet.api.base import DNS_SUBDOMAIN, IMAGE, TOKEN, ApiModel, Quantity, Rule
 
 Quantization = Literal[
     "awq", "awq_marlin", "auto_awq", "gptq", "gptq_marlin", "auto_gptq", "fp8", "fbgemm_fp8",
@@ -42,11 +42,15 @@ def owned_flag(arg: str) -> bool:
     return bool(_OWNED_FLAG_RE.match(arg))
 
 
+CONFIG_KEY = r"^[-._a-zA-Z0-9]+$"
+
+
 class SecretKeyRef(ApiModel):
     """A key of a Secret in the same namespace; the operator references it and never copies its value."""
 
-    name: str = Field(description="Name of the Secret.", min_length=1, max_length=253)
-    key: str = Field(default="token", description="Key inside the Secret.", min_length=1, max_length=253)
+    name: str = Field(description="Name of the Secret.", min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
+    key: str = Field(default="token", description="Key inside the Secret.", min_length=1, max_length=253,
+                     pattern=CONFIG_KEY)
 
 
 class HuggingFaceSource(ApiModel):
@@ -61,9 +65,9 @@ class PvcSource(ApiModel):
     """Serve weights already present on a PersistentVolumeClaim (no download)."""
 
     claim_name: str = Field(description="Name of the PersistentVolumeClaim holding the model.",
-                            min_length=1, max_length=253)
+                            min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
     path: str = Field(default="/", description="Directory of the model inside the claim.", max_length=1024,
-                      pattern=r"^/.*$")
+                      pattern=r"^/[A-Za-z0-9._/@+=-]*$")
     read_only: bool = Field(default=True, description="Mount the claim read-only.")
 
 
@@ -84,7 +88,7 @@ class ModelCache(ApiModel):
 
     size: Quantity = Field(description="Size of the cache claim, e.g. 100Gi.")
     storage_class_name: str | None = Field(default=None, description="StorageClass of the claim.",
-                                           max_length=253)
+                                           max_length=253, pattern=DNS_SUBDOMAIN)
     access_mode: Literal["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"] = Field(
         default="ReadWriteMany", description="Access mode; ReadWriteMany lets replicas on many nodes share it.")
 
@@ -92,14 +96,14 @@ class ModelCache(ApiModel):
 class ModelSpec(ApiModel):
     """The model to serve."""
 
-    name: str = Field(description="Hugging Face repo id (e.g. Qwen/Qwen3-4B-Instruct-2507), or, with a pvc "
-                      "source, the directory of the model inside the claim.", min_length=1, max_length=256,
-                      pattern=r"^[^\s]+$")
+    name: str = Field(description="Hugging Face repo id (e.g. Qwen/Qwen3-4B-Instruct-2507). It also picks the "
+                      "planner's facts from the catalog; with a pvc source, source.pvc.path locates the files.",
+                      min_length=1, max_length=256, pattern=TOKEN)
     revision: str | None = Field(default=None, description="Branch, tag or commit of the repo; a 40-hex "
-                                 "commit makes downloads reproducible.", max_length=128, pattern=r"^[^\s]+$")
+                                 "commit makes downloads reproducible.", max_length=128, pattern=TOKEN)
     served_model_name: str | None = Field(default=None, description="Model name clients send in requests "
                                           "and that metrics carry as model_name (default: the resource's "
-                                          "name).", max_length=128, pattern=r"^[^\s]+$")
+                                          "name).", max_length=128, pattern=TOKEN)
     source: ModelSource = Field(default_factory=lambda: ModelSource(hugging_face=HuggingFaceSource()),
                                 description="Where the weights come from (default: Hugging Face).")
     cache: ModelCache | None = Field(default=None, description="Persistent cache for downloaded weights; "
@@ -108,14 +112,68 @@ class ModelSpec(ApiModel):
                                     "(vLLM --trust-remote-code). Off unless the model needs it.")
 
 
-class EnvVar(ApiModel):
+class KeyRef(ApiModel):
+    """A key of a Secret or ConfigMap in the same namespace."""
+
+    name: str = Field(description="Name of the Secret or ConfigMap.", min_length=1, max_length=253,
+                      pattern=DNS_SUBDOMAIN)
+    key: str = Field(description="Key inside it.", min_length=1, max_length=253, pattern=CONFIG_KEY)
+    optional: bool | None = Field(default=None, description="Start even when it is missing.")
+
+
+class FieldRef(ApiModel):
+    """A field of the pod (the downward API), e.g. metadata.name or status.podIP."""
+
+    field_path: str = Field(description="Path of the field: metadata.name, metadata.namespace, metadata.uid, "
+                            "metadata.labels['key'], metadata.annotations['key'], spec.nodeName, "
+                            "spec.serviceAccountName, status.hostIP(s), status.podIP(s).", min_length=1,
+                            max_length=256, pattern=r"^(metadata\.(name|namespace|uid)|metadata\.(labels|annotations)"
+                            r"\['[-._/A-Za-z0-9]+'\]|spec\.(nodeName|serviceAccountName)|status\.(hostIPs?|podIPs?))$")
+    api_version: str | None = Field(default=None, description="Version of the schema the path is written in.",
+                                    max_length=64, pattern=r"^[A-Za-z0-9./]+$")
+
+
+class ResourceFieldRef(ApiModel):
+    """A resource limit or request of a container."""
+
+    resource: str = Field(description="limits.cpu, limits.memory, limits.ephemeral-storage, requests.* ...",
+                          min_length=1, max_length=256,
+                          pattern=r"^(limits|requests)\.(cpu|memory|ephemeral-storage|hugepages-[0-9A-Za-z]+)$")
+    container_name: str | None = Field(default=None, description="Container (default: this one).",
+                                       max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    divisor: Literal["1", "1m", "1k", "1M", "1G", "1T", "1Ki", "1Mi", "1Gi", "1Ti"] | None = Field(
+        default=None, description="Unit of the value.")
+
+
+class EnvVarSource(ApiModel, rules=[Rule(
+    cel="[has(self.secretKeyRef), has(self.configMapKeyRef), has(self.fieldRef), has(self.resourceFieldRef)]"
+        ".filter(x, x).size() == 1",
+    check=lambda v: sum(x is not None for x in (v.secret_key_ref, v.config_map_key_ref, v.field_ref,
+                                                 v.resource_field_ref)) == 1,
+    message="valueFrom must name exactly one of secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef",
+)]):
+    """Where an environment variable's value comes from, as in core Pods."""
+
+    secret_key_ref: KeyRef | None = Field(default=None, description="A key of a Secret (referenced, never "
+                                          "copied).")
+    config_map_key_ref: KeyRef | None = Field(default=None, alias="configMapKeyRef",
+                                              description="A key of a ConfigMap.")
+    field_ref: FieldRef | None = Field(default=None, description="A field of the pod.")
+    resource_field_ref: ResourceFieldRef | None = Field(default=None, description="A container resource.")
+
+
+class EnvVar(ApiModel, rules=[Rule(
+    cel="!(has(self.value) && self.value != '' && has(self.valueFrom))",
+    check=lambda v: not (v.value and v.value_from is not None),
+    message="an environment variable takes value or valueFrom, not both",
+)]):
     """An environment variable for the vLLM container (value or valueFrom, as in core Pods)."""
 
     name: str = Field(description="Variable name.", min_length=1, max_length=256,
                       pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
     value: str | None = Field(default=None, description="Literal value.", max_length=32768)
-    value_from: dict[str, Any] | None = Field(default=None, description="A core EnvVarSource "
-                                              "(secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef).")
+    value_from: EnvVarSource | None = Field(default=None, description="A Secret or ConfigMap key, a pod field "
+                                            "or a container resource.")
 
 
 _MAX_TOKENS = 16_777_216
@@ -164,7 +222,7 @@ class EngineSpec(ApiModel, rules=[
 
     image: str | None = Field(default=None, description="Serving image (default: the operator's "
                               "configured image, vllm/vllm-openai at the pinned engine version).",
-                              max_length=512, pattern=r"^[^\s]+$")
+                              max_length=512, pattern=IMAGE)
     max_model_len: int | None = Field(default=None, ge=16, le=_MAX_TOKENS, description="Longest sequence "
                                       "(prompt + output) in tokens (--max-model-len). Bounds KV-cache use "
                                       "per sequence; the planner checks one sequence fits.")

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from qwen_fleet.api.base import DNS_LABEL, LABEL_VALUE, ApiModel, Quantity, Rule
+from qwen_fleet.api.base import (
+    DNS_SUBDOMAIN,
+    LABEL_VALUE,
+    QUALIFIED_NAME,
+    RESOURCE_NAME,
+    ApiModel,
+    Quantity,
+    Rule,
+    map_keys_rule,
+)
 from qwen_fleet.api.engine import EnvVar
 
 
@@ -34,7 +43,7 @@ class GpuSpec(ApiModel):
                                 "e.g. NVIDIA-A10G or NVIDIA-H100-80GB-HBM3. Pods are pinned to it and the "
                                 "planner reads its memory.")
     resource_name: str = Field(default="nvidia.com/gpu", max_length=253,
-                               pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$",
+                               pattern=RESOURCE_NAME,
                                description="Extended resource that counts GPUs on nodes.")
     memory_gi_b: float | None = Field(default=None, alias="memoryGiB", gt=0, le=4096,
                                       description="GPU memory in GiB for planning, when the product is not "
@@ -67,7 +76,7 @@ class NcclSpec(ApiModel, rules=[Rule(
                                     "no InfiniBand/RoCE (unset lets NCCL detect).")
     p2p_disable: bool | None = Field(default=None, alias="p2pDisable", description="NCCL_P2P_DISABLE: true only as a "
                                      "workaround for broken peer-to-peer; it costs bandwidth.")
-    socket_ifname: str | None = Field(default=None, max_length=256, pattern=r"^[^\s]+$",
+    socket_ifname: str | None = Field(default=None, max_length=256, pattern=r"^[A-Za-z0-9^=,._:-]+$",
                                       description="NCCL_SOCKET_IFNAME: network interface(s) for NCCL's "
                                       "socket transport, e.g. eth0 or ^lo,docker.")
     async_error_handling: bool = Field(default=True, description="TORCH_NCCL_ASYNC_ERROR_HANDLING=1: a "
@@ -90,38 +99,62 @@ class Resources(ApiModel):
                                       "or pipeline parallelism, where workers exchange tensors through it.")
 
 
-class Toleration(ApiModel):
+class Toleration(ApiModel, rules=[
+    Rule(cel="(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",
+         check=lambda t: bool(t.key) or t.operator == "Exists",
+         message="a toleration without a key must use operator Exists (it then tolerates every taint)"),
+    Rule(cel="!(has(self.operator) && self.operator == 'Exists' && has(self.value) && self.value != '')",
+         check=lambda t: not (t.operator == "Exists" and t.value),
+         message="a toleration with operator Exists takes no value"),
+    Rule(cel="!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+         check=lambda t: t.toleration_seconds is None or t.effect == "NoExecute",
+         message="tolerationSeconds applies only to effect NoExecute"),
+]):
     """A core Toleration."""
 
-    key: str | None = Field(default=None, max_length=316, description="Taint key; empty with Exists "
-                            "matches all.")
+    key: str | None = Field(default=None, max_length=316, pattern="^(" + QUALIFIED_NAME[1:-1] + ")?$",
+                            description="Taint key; empty with Exists matches all.")
     operator: Literal["Exists", "Equal"] | None = Field(default=None, description="Exists or Equal.")
-    value: str | None = Field(default=None, max_length=63, description="Taint value for Equal.")
+    value: str | None = Field(default=None, max_length=63, pattern=LABEL_VALUE,
+                              description="Taint value for Equal.")
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         default=None, description="Taint effect; empty matches all.")
-    toleration_seconds: int | None = Field(default=None, description="How long a NoExecute taint is "
-                                           "tolerated.")
+    toleration_seconds: int | None = Field(default=None, ge=0, le=10**9, description="How long a NoExecute "
+                                           "taint is tolerated.")
 
 
-class Scheduling(ApiModel):
+class Affinity(ApiModel):
+    """A core Affinity: its three parts are passed through as written (the apiserver checks them)."""
+
+    node_affinity: dict[str, Any] | None = Field(default=None, description="A core NodeAffinity.")
+    pod_affinity: dict[str, Any] | None = Field(default=None, description="A core PodAffinity.")
+    pod_anti_affinity: dict[str, Any] | None = Field(default=None, description="A core PodAntiAffinity.")
+
+
+LabelValue = Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]
+
+
+class Scheduling(ApiModel, rules=[map_keys_rule("nodeSelector", QUALIFIED_NAME, "scheduling.nodeSelector")]):
     """Where replicas may run, beyond the GPU product."""
 
-    node_selector: dict[str, str] = Field(default_factory=dict, description="Extra node labels to match.")
+    node_selector: dict[str, LabelValue] = Field(default_factory=dict, max_length=32,
+                                                 description="Extra node labels to match.")
     tolerations: list[Toleration] = Field(default_factory=list, max_length=32, description="Extra "
                                           "tolerations; the nvidia.com/gpu taint is always tolerated.")
-    affinity: dict[str, Any] | None = Field(default=None, description="A core Affinity, passed through.")
-    priority_class_name: str | None = Field(default=None, max_length=253, pattern=DNS_LABEL,
+    affinity: Affinity | None = Field(default=None, description="A core Affinity, passed through.")
+    priority_class_name: str | None = Field(default=None, max_length=253, pattern=DNS_SUBDOMAIN,
                                             description="PriorityClass of the pods.")
-    runtime_class_name: str | None = Field(default=None, max_length=253, pattern=DNS_LABEL,
+    runtime_class_name: str | None = Field(default=None, max_length=253, pattern=DNS_SUBDOMAIN,
                                            description="RuntimeClass, e.g. nvidia where the GPU runtime is "
                                            "not the default.")
 
 
-class ServiceSpec(ApiModel):
+class ServiceSpec(ApiModel, rules=[map_keys_rule("annotations", QUALIFIED_NAME, "service.annotations")]):
     """The Service in front of the replicas: OpenAI-compatible API and /metrics on one port."""
 
     type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(default="ClusterIP",
                                                                    description="Service type.")
     port: int = Field(default=8000, ge=1, le=65535, description="Port of the Service and of vLLM.")
-    annotations: dict[str, str] = Field(default_factory=dict, description="Annotations for the Service "
-                                        "(e.g. load-balancer settings).")
+    annotations: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=dict, max_length=64, description="Annotations for the Service (e.g. load-balancer "
+        "settings).")

@@ -37,7 +37,7 @@ _API_VERSIONS = {"HorizontalPodAutoscaler": "autoscaling/v2", "PodDisruptionBudg
 
 # Ready reasons that deserve a Warning Event when they appear (see reconcile/status.py).
 TROUBLE = {"NCCLPreflightFailed", "PodsPending", "CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull",
-           "CreateContainerConfigError", "Retrying"}
+           "InvalidImageName", "CreateContainerConfigError", "Retrying", "FailedCreate"}
 
 EmitEvent = Callable[[dict[str, Any], str, str, str], None]  # (resource, type, reason, message)
 
@@ -117,18 +117,25 @@ class Controller:
     async def _apply(self, key: Key, cr: QwenInference, plan: Plan, observed: dict[ChildKey, dict[str, Any]],
                      result: Result) -> None:
         desired = render_children(cr, plan, self.capabilities)
-        wanted: set[ChildKey] = set()
+        wanted = {(obj["kind"], obj["metadata"]["name"]) for obj in desired}
+        changes = []
         for obj in desired:
-            ckey = (obj["kind"], obj["metadata"]["name"])
-            wanted.add(ckey)
-            current = observed.get(ckey)
-            changes = None if current is None else drift(obj, current)
-            if current is not None and not changes:
-                continue
+            current = observed.get((obj["kind"], obj["metadata"]["name"]))
+            diffs = None if current is None else drift(obj, current)
+            if current is None or diffs:
+                changes.append((obj, current, diffs))
+        if len(changes) > 1:
+            # Never a half-made or half-changed fleet: every change is checked (server-side dry run: admission
+            # and validation, nothing stored) before any is made. Only changes pay for it; an unchanged fleet
+            # still costs no request.
+            for obj, _, _ in changes:
+                await self.kube.apply(obj, dry_run=True)
+        for obj, current, diffs in changes:
             written = await self.kube.apply(obj)
+            ckey = (obj["kind"], obj["metadata"]["name"])
             self.store.remember_write(key, written)
             observed[ckey] = written
-            what = "created" if current is None else "updated " + ", ".join((changes or [])[:3])
+            what = "created" if current is None else "updated " + ", ".join((diffs or [])[:3])
             result.applied.append(f"{obj['kind']}/{ckey[1]} {what}")
         for ckey, obj in list(observed.items()):
             if ckey in wanted or ckey[0] not in PRUNABLE:

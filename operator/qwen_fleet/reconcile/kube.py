@@ -63,7 +63,13 @@ class KubeError(Exception):
 
     @property
     def transient(self) -> bool:
-        return self.status in (0, 408, 409, 429) or self.status >= 500
+        return self.status in (0, 408, 409, 429) or (self.status >= 500 and not self.refused)
+
+    @property
+    def refused(self) -> bool:
+        """A 500 that is really a refusal of the body: server-side apply could not type a field (e.g. an
+        unknown key inside a passed-through core type). Retrying the same body cannot help."""
+        return self.status == 500 and "failed to create typed patch object" in self.message
 
 
 def _error(status: int, body: bytes | str | None) -> KubeError:
@@ -142,13 +148,16 @@ class KubeClient:
 
     # --- verbs ----------------------------------------------------------------------------------------
 
-    async def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        """Server-side apply: we own exactly the fields we send; force takes back fields others changed."""
+    async def apply(self, obj: Mapping[str, Any], dry_run: bool = False) -> dict[str, Any]:
+        """Server-side apply: we own exactly the fields we send; force takes back fields others changed.
+        ``dry_run`` runs admission and validation without storing anything."""
         meta = obj["metadata"]
         path = object_path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
-        result: dict[str, Any] = await self.request(
-            "PATCH", path, {"fieldManager": FIELD_MANAGER, "force": "true"}, body=apply_body(obj),
-            content_type="application/apply-patch+yaml")
+        query = {"fieldManager": FIELD_MANAGER, "force": "true"}
+        if dry_run:
+            query["dryRun"] = "All"
+        result: dict[str, Any] = await self.request("PATCH", path, query, body=apply_body(obj),
+                                                    content_type="application/apply-patch+yaml")
         return result
 
     async def patch_status(self, api_version: str, kind: str, namespace: str, name: str,

@@ -77,6 +77,9 @@ def _rollout(plan: Plan, dep: dict[str, Any] | None, pods: tuple[dict[str, Any],
     for cond in st.get("conditions") or []:
         if cond.get("type") == "Progressing" and cond.get("reason") == "ProgressDeadlineExceeded":
             return "stalled", "ProgressDeadlineExceeded", str(cond.get("message", ""))
+        if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True":
+            # Pods could not even be created (admission, quota): say so instead of "rolling out" forever.
+            return "progressing", str(cond.get("reason") or "FailedCreate"), str(cond.get("message", ""))
     current_gen = _int(dep, "metadata", "generation")
     seen_gen = int(st.get("observedGeneration") or 0)
     updated, ready = int(st.get("updatedReplicas") or 0), int(st.get("readyReplicas") or 0)
@@ -93,7 +96,7 @@ def _rollout(plan: Plan, dep: dict[str, Any] | None, pods: tuple[dict[str, Any],
             return "progressing", "PodsPending", f"pod {pod['name']} cannot be scheduled: {pod['unschedulable']}"
     for pod in pods:
         if pod.get("waitingReason") in ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull",
-                                        "CreateContainerConfigError"):
+                                        "InvalidImageName", "CreateContainerConfigError"):
             return "progressing", str(pod["waitingReason"]), f"pod {pod['name']}: {pod.get('waitingMessage', '')}"
     return "progressing", "RollingOut", (f"{updated}/{desired} replicas updated, {ready}/{desired} ready, "
                                           f"{available}/{desired} available")

@@ -59,7 +59,7 @@ def _env_var(var: Any) -> dict[str, Any]:
     if var.value is not None:
         out["value"] = var.value
     if var.value_from is not None:
-        out["valueFrom"] = var.value_from
+        out["valueFrom"] = var.value_from.model_dump(by_alias=True, exclude_none=True)
     return out
 
 
@@ -151,8 +151,9 @@ def _placement(cr: QwenInference) -> dict[str, Any]:
         out["nodeSelector"] = node_selector
     tolerations = [dict(GPU_TOLERATION)] + [t.model_dump(by_alias=True, exclude_none=True) for t in sched.tolerations]
     out["tolerations"] = tolerations
-    if sched.affinity:
-        out["affinity"] = sched.affinity
+    affinity = sched.affinity.model_dump(by_alias=True, exclude_none=True) if sched.affinity else {}
+    if affinity:
+        out["affinity"] = affinity
     if sched.priority_class_name:
         out["priorityClassName"] = sched.priority_class_name
     if sched.runtime_class_name:
