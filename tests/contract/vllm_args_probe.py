@@ -18,32 +18,38 @@ FIELDS = (
 )
 
 
-def main() -> None:
+def parse(parser, argv):
     from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+    from vllm.entrypoints.launchers.cli_args import validate_parsed_serve_args
+
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            args = parser.parse_args(argv)
+            validate_parsed_serve_args(args)
+            AsyncEngineArgs.from_cli_args(args)  # the step the server takes next; types must fit
+    except SystemExit:
+        return {"error": err.getvalue().strip().splitlines()[-1] if err.getvalue() else "exit"}
+    except Exception as exc:  # reported back to the test
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    out = {}
+    for name in FIELDS:
+        value = getattr(args, name, None)
+        out[name] = value if isinstance(value, (str, int, float, bool, list, dict, type(None))) else str(value)
+    return out
+
+
+def main() -> None:
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     parser = make_arg_parser(FlexibleArgumentParser(description="vLLM OpenAI-Compatible RESTful API server."))
-    results = []
-    for argv in json.load(sys.stdin):
-        err = io.StringIO()
-        try:
-            with contextlib.redirect_stderr(err):
-                args = parser.parse_args(argv)
-                validate_parsed_serve_args(args)
-                AsyncEngineArgs.from_cli_args(args)  # the step the server takes next; types must fit
-        except SystemExit:
-            results.append({"error": err.getvalue().strip().splitlines()[-1] if err.getvalue() else "exit"})
-            continue
-        except Exception as exc:  # reported back to the test
-            results.append({"error": f"{type(exc).__name__}: {exc}"})
-            continue
-        out = {}
-        for name in FIELDS:
-            value = getattr(args, name, None)
-            out[name] = value if isinstance(value, (str, int, float, bool, list, dict, type(None))) else str(value)
-        results.append(out)
-    json.dump(results, sys.stdout)
+    if "--serve" in sys.argv:  # one JSON argv per line in, one JSON result per line out
+        print(json.dumps({"ready": True}), flush=True)
+        for line in sys.stdin:
+            print(json.dumps(parse(parser, json.loads(line))), flush=True)
+        return
+    json.dump([parse(parser, argv) for argv in json.load(sys.stdin)], sys.stdout)
 
 
 if __name__ == "__main__":
