@@ -14,17 +14,12 @@ from qwen_fleet.api import QwenInference
 from qwen_fleet.api.resource import CapacityStatus
 from qwen_fleet.config import OperatorConfig
 from qwen_fleet.plan import quantities as q
+from qwen_fleet.plan.capacity import Problem  # a reason the spec cannot be served: Stalled's reason/message
+
+__all__ = ["HF_HOME", "MODEL_MOUNT", "Plan", "Problem", "default_shm_bytes", "make_plan"]
 
 MODEL_MOUNT = "/models"
 HF_HOME = "/root/.cache/huggingface"
-
-
-@dataclass(frozen=True)
-class Problem:
-    """A reason the spec cannot be served as written; becomes the Stalled condition's reason and message."""
-
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,9 @@ is never blocked: the plan says it was skipped, with a warning.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from qwen_fleet.api.resource import CapacityStatus, QwenInferenceSpec
 from qwen_fleet.catalog import find_gpu, find_model
-from qwen_fleet.plan.capacity import Capacity, CapacityInput, plan_capacity
-
-if TYPE_CHECKING:
-    from qwen_fleet.plan import Problem
+from qwen_fleet.plan.capacity import Capacity, CapacityInput, Problem, plan_capacity
 
 GIB = 1024**3
 # vLLM 0.32's --gpu-memory-utilization default (read from its argument parser by the contract test).
@@ -66,8 +61,6 @@ def to_status(cap: Capacity, memory_gib: float) -> CapacityStatus:
 
 
 def assess(spec: QwenInferenceSpec) -> tuple[CapacityStatus | None, list[Problem], list[str]]:
-    from qwen_fleet.plan import Problem
-
     if find_model(spec.model.name) is None:
         warning = (f"{spec.model.name} is not in the catalog: capacity not planned (the weights, KV cache and "
                    "tensor-size checks were skipped)")
@@ -79,10 +72,10 @@ def assess(spec: QwenInferenceSpec) -> tuple[CapacityStatus | None, list[Problem
         inp = capacity_input(spec, 80.0)
         assert inp is not None
         cap = plan_capacity(inp)
-        problems = [Problem(p.reason, p.message) for p in cap.problems if p.reason.startswith("TensorSize")]
+        problems = [p for p in cap.problems if p.reason.startswith("TensorSize")]
         return CapacityStatus(source="catalog", warnings=[warning]), problems, [warning]
     inp = capacity_input(spec, memory)
     assert inp is not None
     cap = plan_capacity(inp)
-    problems = [Problem(p.reason, p.message) for p in cap.problems]
+    problems = list(cap.problems)
     return to_status(cap, memory), problems, list(cap.warnings)
