@@ -157,7 +157,9 @@ def with_operator(docs: list[dict[str, Any]], workdir: Path, timeout: float, ste
                         "per_cr_to_deployment_seconds": _percentiles(to_deploy),
                         "per_cr_to_ready_seconds": _percentiles(to_ready),
                         "operator_writes": len(audit_writes(cluster, since))}
-        time.sleep(5)  # let the last status writes land
+        # Settle before measuring steady state: HPAs first report their conditions within two sync periods
+        # (15 s each) of creation, which is a real status change the operator mirrors once.
+        time.sleep(45)
         out["steady"] = _steady(cluster, operator, steady_seconds)
         out["restart"] = _restart(cluster, operator, len(docs), timeout)
         out["single_change"] = _single_change(cluster, api, docs[0]["metadata"]["name"])

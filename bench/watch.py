@@ -12,8 +12,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
+
+# The local cluster's kubeconfig skips TLS verification; urllib3 would warn on every request (and cost CPU).
+urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
 
 Predicate = Callable[[dict[str, Any]], bool]
 

@@ -26,7 +26,7 @@ class OperatorConfig:
     default_image: str = versions.VLLM_IMAGE
     namespaces: tuple[str, ...] = ()  # empty: all namespaces
     resync_seconds: int = 300  # level-based safety net on top of watch events
-    workers: int = 8  # concurrent reconciles (and API client threads)
+    workers: int = 16  # concurrent reconciles; the API client has twice as many threads and connections
     metrics_port: int = 8080
     liveness_port: int = 8081
     log_level: str = "INFO"
@@ -39,7 +39,7 @@ class OperatorConfig:
             default_image=os.environ.get("QWEN_FLEET_DEFAULT_IMAGE") or versions.VLLM_IMAGE,
             namespaces=namespaces,
             resync_seconds=_int("QWEN_FLEET_RESYNC_SECONDS", 300),
-            workers=max(1, _int("QWEN_FLEET_WORKERS", 8)),
+            workers=max(1, _int("QWEN_FLEET_WORKERS", 16)),
             metrics_port=_int("QWEN_FLEET_METRICS_PORT", 8080),
             liveness_port=_int("QWEN_FLEET_LIVENESS_PORT", 8081),
             log_level=os.environ.get("QWEN_FLEET_LOG_LEVEL", "INFO").upper(),

@@ -32,7 +32,9 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 MAX_NUM_SEQS = 8
 # Streaming requests fill all 8 sequence slots; plain ones sent after them wait in the queue at SIGTERM.
 STREAMING, PLAIN = MAX_NUM_SEQS, 4
-STREAM_TOKENS, PLAIN_TOKENS = 600, 300  # a few seconds of decoding each on a busy 2-core machine
+# Long enough that the streams are still decoding when SIGTERM comes, even on an idle machine (600 tokens took
+# under 5 s on an idle CI machine and finished before the queue was observed), short enough to drain in 30 s.
+STREAM_TOKENS, PLAIN_TOKENS = 1500, 300
 
 
 @dataclass
@@ -119,7 +121,7 @@ def test_sigterm_under_load_completes_in_flight_requests(vllm_python: str, tmp_p
     shutdown_timeout, grace, pre_stop = rendered_drain()
     assert shutdown_timeout > 0, "the operator must render a draining shutdown (0 aborts in-flight requests)"
     model = make_tiny_model(tmp_path / "model", TinyQwen(), python=vllm_python)
-    server = VllmServer(["--max-model-len", "1024", "--max-num-seqs", str(MAX_NUM_SEQS), "--dtype", "bfloat16",
+    server = VllmServer(["--max-model-len", "2048", "--max-num-seqs", str(MAX_NUM_SEQS), "--dtype", "bfloat16",
                          "--shutdown-timeout", str(shutdown_timeout)],
                         {"VLLM_CPU_KVCACHE_SPACE": "1"}, model, python=vllm_python,
                         log_path=tmp_path / "vllm.log")
@@ -136,8 +138,8 @@ def test_sigterm_under_load_completes_in_flight_requests(vllm_python: str, tmp_p
         _wait_for(lambda: all(r.first_chunk or r.finished for r in streaming), 120)
         for r in plain:
             threads[r.index].start()
-        # ... and the plain requests sent after them wait in the engine's queue.
-        _wait_for(lambda: server.metrics()["vllm:num_requests_waiting"] >= PLAIN
+        # ... and the plain requests sent after them wait in the engine's queue (SIGTERM as soon as one is seen).
+        _wait_for(lambda: server.metrics()["vllm:num_requests_waiting"] >= 1
                   or any(r.finished for r in requests), 30)
         metrics = server.metrics()
         running, waiting = metrics["vllm:num_requests_running"], metrics["vllm:num_requests_waiting"]

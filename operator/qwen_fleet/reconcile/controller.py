@@ -7,8 +7,9 @@ only when it changed. A second reconcile of an unchanged resource makes no API w
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -53,6 +54,15 @@ def validation_message(err: ValidationError) -> str:
         msg = str(e.get("msg", "")).removeprefix("Value error, ")
         parts.append(f"{where}: {msg}" if where else msg)
     return "; ".join(parts)
+
+
+async def _all(calls: Iterable[Awaitable[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Run API calls together; when one fails, wait for the others, then raise the first error."""
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return [r for r in results if not isinstance(r, BaseException)]
 
 
 def _now() -> str:
@@ -124,19 +134,28 @@ class Controller:
             diffs = None if current is None else drift(obj, current)
             if current is None or diffs:
                 changes.append((obj, current, diffs))
-        if len(changes) > 1:
-            # Never a half-made or half-changed fleet: every change is checked (server-side dry run: admission
-            # and validation, nothing stored) before any is made. Only changes pay for it; an unchanged fleet
-            # still costs no request.
-            for obj, _, _ in changes:
-                await self.kube.apply(obj, dry_run=True)
-        for obj, current, diffs in changes:
-            written = await self.kube.apply(obj)
-            ckey = (obj["kind"], obj["metadata"]["name"])
-            self.store.remember_write(key, written)
-            observed[ckey] = written
-            what = "created" if current is None else "updated " + ", ".join((diffs or [])[:3])
-            result.applied.append(f"{obj['kind']}/{ckey[1]} {what}")
+        if observed and len(changes) > 1:
+            # A running fleet is never left half-changed: every change is checked first (server-side dry run:
+            # admission and validation, nothing stored) and none is made if one is refused. Only changes pay.
+            await _all(self.kube.apply(obj, dry_run=True) for obj, _, _ in changes)
+        if not observed and len(changes) > 1:
+            # A new fleet: the Deployment first. It carries nearly everything a user can get wrong that the CRD
+            # cannot check (and what admission policies look at); the other children are built from validated
+            # numbers. Refused, it leaves nothing behind, and a new fleet costs no extra round trips. (Its pods
+            # wait a moment for the preflight ConfigMap or the cache claim that follow.)
+            first = [c for c in changes if c[0]["kind"] == "Deployment"]
+            rest = [c for c in changes if c[0]["kind"] != "Deployment"]
+            batches = [first, rest] if first else [rest]
+        else:
+            batches = [changes]
+        for batch in batches:  # the requests of a batch go out together: a reconcile waits one round trip
+            written = await _all(self.kube.apply(obj) for obj, _, _ in batch)
+            for (obj, current, diffs), done in zip(batch, written, strict=True):
+                ckey = (obj["kind"], obj["metadata"]["name"])
+                self.store.remember_write(key, done)
+                observed[ckey] = done
+                what = "created" if current is None else "updated " + ", ".join((diffs or [])[:3])
+                result.applied.append(f"{obj['kind']}/{ckey[1]} {what}")
         for ckey, obj in list(observed.items()):
             if ckey in wanted or ckey[0] not in PRUNABLE:
                 continue

@@ -21,6 +21,7 @@ from qwen_fleet.api import GROUP, KIND, PLURAL, VERSION
 from qwen_fleet.config import MANAGED_BY, OperatorConfig
 from qwen_fleet.reconcile import metrics
 from qwen_fleet.reconcile.controller import Controller, RetryLater
+from qwen_fleet.reconcile.kopf_storage import NoDiffBase
 from qwen_fleet.reconcile.kube import KubeClient
 from qwen_fleet.reconcile.queue import Key, WorkQueue
 from qwen_fleet.reconcile.store import Store, compact_child, instance_key, owner_key, pod_summary
@@ -76,7 +77,7 @@ async def configure(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     # Own prefixes, in case a cause handler is ever added: never clash with other kopf operators.
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP, key="last-handled")
+    settings.persistence.diffbase_storage = NoDiffBase()  # no cause handlers: no diff base (kopf_storage.py)
     settings.networking.request_timeout = 60
     settings.networking.connect_timeout = 10
     # After an apiserver outage, reconnect within ~5 s of its return instead of kopf's Fibonacci backoff
@@ -89,7 +90,8 @@ async def configure(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     # kopf hands every index to handlers as a keyword argument named after the index.
     RUNTIME.store.children_indexes = [kwargs[f"children_{plural}"] for _, _, plural in CHILD_RESOURCES]
     RUNTIME.store.pods_index = kwargs["pods_index"]
-    RUNTIME.kube = KubeClient.from_environment(workers=cfg.workers)
+    # Twice the workers: a reconcile sends the requests of a batch together, and Events go out beside them.
+    RUNTIME.kube = KubeClient.from_environment(workers=2 * cfg.workers)
     RUNTIME.controller = Controller(RUNTIME.kube, cfg, RUNTIME.store, emit=_emit)
     await RUNTIME.controller.refresh_capabilities()
     metrics.start(cfg.metrics_port, RUNTIME)
