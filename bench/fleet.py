@@ -25,7 +25,8 @@ from qwen_fleet.render import Capabilities, render_children
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench"
-APPLY_WORKERS = 8  # the same concurrency as the operator's default worker pool
+# As many requests in flight as the operator's API client allows (two per worker; see handlers.configure).
+APPLY_WORKERS = 2 * OperatorConfig().workers
 GPU = "NVIDIA-H100-80GB-HBM3"
 
 

@@ -21,6 +21,7 @@ from qwen_fleet.api import GROUP, KIND, PLURAL, VERSION
 from qwen_fleet.config import MANAGED_BY, OperatorConfig
 from qwen_fleet.reconcile import metrics
 from qwen_fleet.reconcile.controller import Controller, RetryLater
+from qwen_fleet.reconcile.events import EventSender
 from qwen_fleet.reconcile.kopf_storage import NoDiffBase
 from qwen_fleet.reconcile.kube import KubeClient
 from qwen_fleet.reconcile.queue import Key, WorkQueue
@@ -53,7 +54,7 @@ class Runtime:
         self.kube: KubeClient | None = None
         self.controller: Controller | None = None
         self.tasks: list[asyncio.Task[None]] = []
-        self.pending_events: set[asyncio.Task[None]] = set()
+        self.events: EventSender | None = None
 
 
 RUNTIME = Runtime()
@@ -92,6 +93,8 @@ async def configure(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     RUNTIME.store.pods_index = kwargs["pods_index"]
     # Twice the workers: a reconcile sends the requests of a batch together, and Events go out beside them.
     RUNTIME.kube = KubeClient.from_environment(workers=2 * cfg.workers)
+    RUNTIME.events = EventSender(RUNTIME.kube.post_event)
+    RUNTIME.events.start()
     RUNTIME.controller = Controller(RUNTIME.kube, cfg, RUNTIME.store, emit=_emit)
     await RUNTIME.controller.refresh_capabilities()
     metrics.start(cfg.metrics_port, RUNTIME)
@@ -107,6 +110,8 @@ async def shutdown(**_: Any) -> None:
     for task in RUNTIME.tasks:
         task.cancel()
     await asyncio.gather(*RUNTIME.tasks, return_exceptions=True)
+    if RUNTIME.events is not None:
+        await RUNTIME.events.stop()
     if RUNTIME.kube is not None:
         RUNTIME.kube.close()
 
@@ -117,21 +122,12 @@ async def queue_depth(**_: Any) -> int:
 
 
 def _emit(resource: dict[str, Any], type_: str, reason: str, message: str) -> None:
-    """Post an Event in the background; a lost Event is logged, never fatal."""
-    kube = RUNTIME.kube
-    if kube is None:
+    """Queue an Event; it is posted behind the reconciles (events.py)."""
+    if RUNTIME.events is None:
         return
     ref = {"apiVersion": resource.get("apiVersion", f"{GROUP}/{VERSION}"), "kind": resource.get("kind", KIND),
            "metadata": resource.get("metadata", {})}
-    task = asyncio.get_running_loop().create_task(kube.post_event(ref, type_, reason, message))
-    RUNTIME.pending_events.add(task)
-    task.add_done_callback(_event_done)
-
-
-def _event_done(task: asyncio.Task[None]) -> None:
-    RUNTIME.pending_events.discard(task)
-    if not task.cancelled() and task.exception() is not None:
-        log.warning("could not post an Event: %s", task.exception())
+    RUNTIME.events.emit(ref, type_, reason, message)
 
 
 # --- watches -----------------------------------------------------------------------------------------------
