@@ -181,6 +181,51 @@ def test_infeasible_spec_stalls_with_reason_and_event_and_no_children(
     assert _children(cluster, namespace) == {}
 
 
+def test_a_new_fleet_is_never_half_made(cluster: LocalCluster, operator: OperatorProcess, namespace: str) -> None:
+    """An admission policy refuses Services in this namespace: the Deployment the operator created first is
+    deleted again, and the resource is Stalled with the apiserver's message and no children."""
+    policy = f"no-services-{namespace}"
+    docs = [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+         "metadata": {"name": policy},
+         "spec": {"failurePolicy": "Fail",
+                  "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                          "operations": ["CREATE", "UPDATE"],
+                                                          "resources": ["services"]}]},
+                  "validations": [{"expression": "false", "message": "Services are not allowed here by policy"}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+         "metadata": {"name": policy},
+         "spec": {"policyName": policy, "validationActions": ["Deny"],
+                  "matchResources": {"namespaceSelector": {
+                      "matchLabels": {"kubernetes.io/metadata.name": namespace}}}}},
+    ]
+    for doc in docs:
+        apply(cluster, "", doc)
+    try:
+        probe = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "probe"},
+                 "spec": {"ports": [{"port": 80}]}}
+        wait_until("the policy in force", lambda: cluster.kubectl(
+            "create", "--dry-run=server", "-n", namespace, "-f", "-", input=json.dumps(probe),
+            check=False).returncode != 0, 30)
+        cluster.kubectl("apply", "-n", namespace, "-f", str(ROOT / "examples" / "qwen3-4b-instruct-a10g.yaml"))
+        obj = wait_until("Stalled", lambda: (o := get(cluster, "qwi", "qwen3-4b", namespace))
+                         and (condition(o, "Stalled") or {}).get("status") == "True" and o, 60)
+        stalled = condition(obj, "Stalled") or {}
+        assert stalled["reason"] == "ApplyRejected", stalled
+        assert "Services are not allowed here by policy" in stalled["message"]
+        wait_until("no children", lambda: _children(cluster, namespace) == {}, 30)
+        assert get(cluster, "deployment", "qwen3-4b", namespace) is None
+        # ... and it stays so: deleting its own Deployment does not make the operator try again (a loop).
+        settled = get(cluster, "qwi", "qwen3-4b", namespace) or {}
+        time.sleep(5)
+        assert get(cluster, "deployment", "qwen3-4b", namespace) is None
+        assert (get(cluster, "qwi", "qwen3-4b", namespace) or {})["metadata"]["resourceVersion"] == \
+            settled["metadata"]["resourceVersion"]
+    finally:
+        cluster.kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", policy,
+                        check=False)
+
+
 def test_infeasible_change_keeps_the_running_fleet(cluster: LocalCluster, operator: OperatorProcess,
                                                    namespace: str) -> None:
     cluster.kubectl("apply", "-n", namespace, "-f", str(ROOT / "examples" / "qwen3-4b-instruct-a10g.yaml"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -85,6 +86,10 @@ class Controller:
         self.store = store
         self.emit: EmitEvent = emit or (lambda *_: None)
         self.capabilities = Capabilities()
+        # Specs the apiserver refused, by resource: (uid, generation, when, outcome). Until the spec changes or
+        # the next resync, events (e.g. of children this reconcile deleted again) do not send it again: a
+        # refused spec costs one attempt per resync period, never a loop.
+        self.refused: dict[Key, tuple[str, int, float, Outcome]] = {}
 
     async def refresh_capabilities(self) -> None:
         self.capabilities = Capabilities(
@@ -95,8 +100,10 @@ class Controller:
     async def reconcile(self, key: Key) -> Result | None:
         raw = self.store.resources.get(key)
         if raw is None or (raw.get("metadata") or {}).get("deletionTimestamp"):
+            self.refused.pop(key, None)
             return None  # gone or going: garbage collection removes the children
         generation = int(raw["metadata"].get("generation") or 0)
+        uid = str(raw["metadata"].get("uid") or "")
         cr: QwenInference | None = None
         plan: Plan | None = None
         try:
@@ -111,7 +118,12 @@ class Controller:
                 outcome = Outcome.applied()
         result = Result(outcome)
         observed = self.store.children(key)
-        if cr is not None and plan is not None and outcome.kind == "applied":
+        refused = self.refused.get(key)
+        now = time.monotonic()
+        if (outcome.kind == "applied" and refused is not None and refused[:2] == (uid, generation)
+                and now - refused[2] < self.config.resync_seconds - 1):
+            result.outcome = refused[3]
+        elif cr is not None and plan is not None and outcome.kind == "applied":
             try:
                 await self._apply(key, cr, plan, observed, result)
             except KubeError as err:
@@ -119,6 +131,9 @@ class Controller:
                     result.outcome = Outcome.retrying(f"{err.status} {err.reason}: {err.message}"[:1000])
                 else:  # the apiserver refused what we rendered: a spec the CRD let through but cannot work
                     result.outcome = Outcome.stalled("ApplyRejected", err.message[:2000])
+                    self.refused[key] = (uid, generation, now, result.outcome)
+            else:
+                self.refused.pop(key, None)
         await self._write_status(key, raw, generation, result, plan, observed, cr)
         if result.outcome.kind == "retrying":
             raise RetryLater(result.outcome.message)
@@ -138,24 +153,34 @@ class Controller:
             # A running fleet is never left half-changed: every change is checked first (server-side dry run:
             # admission and validation, nothing stored) and none is made if one is refused. Only changes pay.
             await _all(self.kube.apply(obj, dry_run=True) for obj, _, _ in changes)
-        if not observed and len(changes) > 1:
-            # A new fleet: the Deployment first. It carries nearly everything a user can get wrong that the CRD
-            # cannot check (and what admission policies look at); the other children are built from validated
-            # numbers. Refused, it leaves nothing behind, and a new fleet costs no extra round trips. (Its pods
-            # wait a moment for the preflight ConfigMap or the cache claim that follow.)
+        new_fleet = not observed
+        if new_fleet and len(changes) > 1:
+            # A new fleet: the Deployment first, then the rest together. The Deployment carries nearly everything
+            # a user can get wrong that the CRD cannot check (and what admission policies look at); refused, it
+            # leaves nothing behind. Should one of the rest be refused, what this reconcile created is deleted
+            # again, so a new fleet is never half-made either, and the happy path costs no extra round trip.
+            # (Its pods wait a moment for the preflight ConfigMap or the cache claim that follow.)
             first = [c for c in changes if c[0]["kind"] == "Deployment"]
             rest = [c for c in changes if c[0]["kind"] != "Deployment"]
             batches = [first, rest] if first else [rest]
         else:
             batches = [changes]
         for batch in batches:  # the requests of a batch go out together: a reconcile waits one round trip
-            written = await _all(self.kube.apply(obj) for obj, _, _ in batch)
-            for (obj, current, diffs), done in zip(batch, written, strict=True):
+            results = await asyncio.gather(*(self.kube.apply(obj) for obj, _, _ in batch), return_exceptions=True)
+            for (obj, current, diffs), done in zip(batch, results, strict=True):
+                if isinstance(done, BaseException):
+                    continue
                 ckey = (obj["kind"], obj["metadata"]["name"])
                 self.store.remember_write(key, done)
                 observed[ckey] = done
                 what = "created" if current is None else "updated " + ", ".join((diffs or [])[:3])
                 result.applied.append(f"{obj['kind']}/{ckey[1]} {what}")
+            failed = next((r for r in results if isinstance(r, BaseException)), None)
+            if failed is None:
+                continue
+            if new_fleet and isinstance(failed, KubeError) and not failed.transient and failed.status != 403:
+                await self._undo(key, observed, result)
+            raise failed
         for ckey, obj in list(observed.items()):
             if ckey in wanted or ckey[0] not in PRUNABLE:
                 continue
@@ -163,6 +188,14 @@ class Controller:
             await self.kube.delete(_API_VERSIONS[ckey[0]], ckey[0], key[0], ckey[1], meta.get("uid"))
             del observed[ckey]
             result.deleted.append(f"{ckey[0]}/{ckey[1]}")
+
+    async def _undo(self, key: Key, observed: dict[ChildKey, dict[str, Any]], result: Result) -> None:
+        """Delete the children a reconcile of a new fleet created before the apiserver refused another."""
+        for ckey, obj in list(observed.items()):
+            meta = obj.get("metadata") or {}
+            await self.kube.delete(obj["apiVersion"], ckey[0], key[0], ckey[1], meta.get("uid"))
+            del observed[ckey]
+        result.applied.clear()
 
     async def _write_status(self, key: Key, raw: dict[str, Any], generation: int, result: Result,
                             plan: Plan | None, observed: dict[ChildKey, dict[str, Any]],
