@@ -75,7 +75,7 @@ def test_operator_deployment_is_one_restricted_replica() -> None:
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}, probe
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env == {"QWEN_FLEET_DEFAULT_IMAGE": versions.VLLM_IMAGE, "QWEN_FLEET_NAMESPACES": "",
-                   "QWEN_FLEET_LOG_LEVEL": "INFO", "QWEN_FLEET_RESYNC_SECONDS": "300", "QWEN_FLEET_WORKERS": "8",
+                   "QWEN_FLEET_LOG_LEVEL": "INFO", "QWEN_FLEET_RESYNC_SECONDS": "300", "QWEN_FLEET_WORKERS": "16",
                    "QWEN_FLEET_METRICS_PORT": "8080", "QWEN_FLEET_LIVENESS_PORT": "8081"}
     assert pod["serviceAccountName"] == one(template(), "ServiceAccount")["metadata"]["name"] == "qf-qwen-fleet"
 
