@@ -57,10 +57,7 @@ def _startup(n: int) -> tuple[int, int]:
 @pytest.fixture
 def unpatched() -> Iterable[None]:
     saved = {name: getattr(aiotoggles.ToggleSet, name) for name in ("make_toggle", "drop_toggle", "drop_toggles")}
-    original = {"make_toggle": kopf_patches.ORIGINAL["make_toggle"],
-                "drop_toggle": kopf_patches.ORIGINAL["drop_toggle"],
-                "drop_toggles": kopf_patches.ORIGINAL["drop_toggles"]}
-    for name, fn in original.items():
+    for name, fn in kopf_patches.ORIGINAL.items():
         setattr(aiotoggles.ToggleSet, name, fn)
     yield
     for name, fn in saved.items():

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -86,10 +85,10 @@ class Controller:
         self.store = store
         self.emit: EmitEvent = emit or (lambda *_: None)
         self.capabilities = Capabilities()
-        # Specs the apiserver refused, by resource: (uid, generation, when, outcome). Until the spec changes or
-        # the next resync, events (e.g. of children this reconcile deleted again) do not send it again: a
-        # refused spec costs one attempt per resync period, never a loop.
-        self.refused: dict[Key, tuple[str, int, float, Outcome]] = {}
+        # Specs the apiserver refused, by resource: (uid, generation, outcome). Until the spec changes or the
+        # next resync clears this, events (e.g. of children this reconcile deleted again) do not send it again:
+        # a refused spec costs one attempt per resync period, never a loop.
+        self.refused: dict[Key, tuple[str, int, Outcome]] = {}
 
     async def refresh_capabilities(self) -> None:
         self.capabilities = Capabilities(
@@ -119,10 +118,8 @@ class Controller:
         result = Result(outcome)
         observed = self.store.children(key)
         refused = self.refused.get(key)
-        now = time.monotonic()
-        if (outcome.kind == "applied" and refused is not None and refused[:2] == (uid, generation)
-                and now - refused[2] < self.config.resync_seconds - 1):
-            result.outcome = refused[3]
+        if outcome.kind == "applied" and refused is not None and refused[:2] == (uid, generation):
+            result.outcome = refused[2]
         elif cr is not None and plan is not None and outcome.kind == "applied":
             try:
                 await self._apply(key, cr, plan, observed, result)
@@ -131,7 +128,7 @@ class Controller:
                     result.outcome = Outcome.retrying(f"{err.status} {err.reason}: {err.message}"[:1000])
                 else:  # the apiserver refused what we rendered: a spec the CRD let through but cannot work
                     result.outcome = Outcome.stalled("ApplyRejected", err.message[:2000])
-                    self.refused[key] = (uid, generation, now, result.outcome)
+                    self.refused[key] = (uid, generation, result.outcome)
             else:
                 self.refused.pop(key, None)
         await self._write_status(key, raw, generation, result, plan, observed, cr)

@@ -222,5 +222,6 @@ async def _resync() -> None:
             await RUNTIME.controller.refresh_capabilities()
         except Exception as err:
             log.warning("capability check failed: %s", err)
+        RUNTIME.controller.refused.clear()  # a refused spec gets one more attempt per resync
         for key in list(RUNTIME.store.resources):
             RUNTIME.queue.add(key)
