@@ -108,7 +108,7 @@ def test_queue_depth_is_observable(tiny_vllm: VllmServer) -> None:
     watcher.start()
     try:
         with ThreadPoolExecutor(max_workers=24) as pool:
-            results = list(pool.map(lambda i: chat(tiny_vllm, f"request {i}", 128)[0], range(24)))
+            results = list(pool.map(lambda i: chat(tiny_vllm, f"request {i}", 900)[0], range(24)))
     finally:
         stop.set()
         watcher.join(timeout=10)

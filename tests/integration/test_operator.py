@@ -226,6 +226,53 @@ def test_a_new_fleet_is_never_half_made(cluster: LocalCluster, operator: Operato
                         check=False)
 
 
+def test_a_namespace_being_deleted_is_left_alone(cluster: LocalCluster, operator: OperatorProcess,
+                                                 namespace: str) -> None:
+    """While a namespace is being deleted, the namespace controller removes the children before the resource
+    itself; the operator must not fight it (each removed child is an event asking to recreate it, and every
+    create is refused with 403 NamespaceTerminating). A policy that refuses to delete QwenInferences in this
+    namespace holds that window open so the test can look at it."""
+    policy = f"hold-qwi-{namespace}"
+    docs = [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+         "metadata": {"name": policy},
+         "spec": {"failurePolicy": "Fail",
+                  "matchConstraints": {"resourceRules": [{"apiGroups": ["qwenfleet.io"], "apiVersions": ["*"],
+                                                          "operations": ["DELETE"],
+                                                          "resources": ["qweninferences"]}]},
+                  "validations": [{"expression": "false", "message": "held by the test"}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+         "metadata": {"name": policy},
+         "spec": {"policyName": policy, "validationActions": ["Deny"],
+                  "matchResources": {"namespaceSelector": {
+                      "matchLabels": {"kubernetes.io/metadata.name": namespace}}}}},
+    ]
+    for doc in docs:
+        apply(cluster, "", doc)
+    try:
+        cluster.kubectl("apply", "-n", namespace, "-f", str(ROOT / "examples" / "qwen3-4b-instruct-a10g.yaml"))
+        _wait_ready(cluster, namespace, "qwen3-4b")
+        wait_until("the policy in force", lambda: cluster.kubectl(
+            "delete", "--dry-run=server", "-n", namespace, "qwi", "qwen3-4b", check=False).returncode != 0, 30)
+        offset = operator.log.stat().st_size
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+        wait_until("the children removed by the namespace controller",
+                   lambda: _children(cluster, namespace) == {}, 90)
+        assert get(cluster, "qwi", "qwen3-4b", namespace) is not None  # the window is open
+        time.sleep(8)  # a fighting operator would recreate and be refused many times over in this time
+        with operator.log.open("rb") as f:
+            f.seek(offset)
+            log = f.read().decode(errors="replace")
+        mine = [ln for ln in log.splitlines() if f"{namespace}/qwen3-4b" in ln or f"namespace {namespace}" in ln]
+        assert any("is being deleted; leaving the fleet to it" in ln for ln in mine), log[-4000:]
+        assert not [ln for ln in mine if " WARNING " in ln or " ERROR " in ln], "\n".join(mine)
+        assert sum("leaving the fleet to it" in ln for ln in mine) == 1, "\n".join(mine)
+        assert _children(cluster, namespace) == {}
+    finally:
+        cluster.kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", policy,
+                        check=False)
+
+
 def test_infeasible_change_keeps_the_running_fleet(cluster: LocalCluster, operator: OperatorProcess,
                                                    namespace: str) -> None:
     cluster.kubectl("apply", "-n", namespace, "-f", str(ROOT / "examples" / "qwen3-4b-instruct-a10g.yaml"))

@@ -89,6 +89,10 @@ class Controller:
         # next resync clears this, events (e.g. of children this reconcile deleted again) do not send it again:
         # a refused spec costs one attempt per resync period, never a loop.
         self.refused: dict[Key, tuple[str, int, Outcome]] = {}
+        # Resources (by uid) whose namespace is being deleted: the apiserver forbids creating anything there and
+        # the namespace controller is removing the resource with its children. Reconciling them would only
+        # fight the deletion (each child it removes is an event that asks to recreate it), so they are left be.
+        self.terminating: dict[Key, str] = {}
 
     async def refresh_capabilities(self) -> None:
         self.capabilities = Capabilities(
@@ -100,9 +104,12 @@ class Controller:
         raw = self.store.resources.get(key)
         if raw is None or (raw.get("metadata") or {}).get("deletionTimestamp"):
             self.refused.pop(key, None)
+            self.terminating.pop(key, None)
             return None  # gone or going: garbage collection removes the children
         generation = int(raw["metadata"].get("generation") or 0)
         uid = str(raw["metadata"].get("uid") or "")
+        if self.terminating.get(key) == uid:
+            return None
         cr: QwenInference | None = None
         plan: Plan | None = None
         try:
@@ -124,6 +131,10 @@ class Controller:
             try:
                 await self._apply(key, cr, plan, observed, result)
             except KubeError as err:
+                if err.namespace_terminating:
+                    log.info("%s/%s: namespace %s is being deleted; leaving the fleet to it", key[0], key[1], key[0])
+                    self.terminating[key] = uid
+                    return None
                 if err.transient or err.status == 403:
                     result.outcome = Outcome.retrying(f"{err.status} {err.reason}: {err.message}"[:1000])
                 else:  # the apiserver refused what we rendered: a spec the CRD let through but cannot work

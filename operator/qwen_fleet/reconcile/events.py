@@ -15,6 +15,8 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from qwen_fleet.reconcile.kube import KubeError
+
 log = logging.getLogger(__name__)
 
 Post = Callable[[Mapping[str, Any], str, str, str], Awaitable[None]]
@@ -52,8 +54,10 @@ class EventSender:
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # a lost Event is logged, never fatal
-                log.warning("could not post an Event (%s %s): %s", event[2],
-                            event[0].get("metadata", {}).get("name"), err)
+                # In a namespace being deleted, nothing can be created and no one will read it: not a warning.
+                quiet = isinstance(err, KubeError) and err.namespace_terminating
+                log.log(logging.DEBUG if quiet else logging.WARNING, "could not post an Event (%s %s): %s",
+                        event[2], event[0].get("metadata", {}).get("name"), err)
             finally:
                 self._queue.task_done()
 

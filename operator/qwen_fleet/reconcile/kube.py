@@ -55,11 +55,12 @@ def apply_body(obj: Mapping[str, Any]) -> str:
 class KubeError(Exception):
     """An API call failed. ``transient`` errors are retried with backoff; others need a spec change."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: str, message: str, causes: tuple[str, ...] = ()) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
+        self.causes = causes  # the Status's details.causes[].reason, e.g. "NamespaceTerminating"
 
     @property
     def transient(self) -> bool:
@@ -71,13 +72,21 @@ class KubeError(Exception):
         unknown key inside a passed-through core type). Retrying the same body cannot help."""
         return self.status == 500 and "failed to create typed patch object" in self.message
 
+    @property
+    def namespace_terminating(self) -> bool:
+        """The namespace is being deleted: creates are forbidden there, and everything in it is going away."""
+        return self.status == 403 and "NamespaceTerminating" in self.causes
+
 
 def _error(status: int, body: bytes | str | None) -> KubeError:
     text = body.decode(errors="replace") if isinstance(body, bytes) else (body or "")
     try:
         parsed = json.loads(text)
-        return KubeError(status, str(parsed.get("reason", "")), str(parsed.get("message", text)))
-    except ValueError:
+        details = parsed.get("details") or {}
+        # A StatusCause's type is serialised as "reason".
+        causes = tuple(str(c.get("reason", "")) for c in (details.get("causes") or []) if isinstance(c, dict))
+        return KubeError(status, str(parsed.get("reason", "")), str(parsed.get("message", text)), causes)
+    except (ValueError, AttributeError):
         return KubeError(status, "", text.strip()[:500])
 
 
