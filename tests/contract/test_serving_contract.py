@@ -89,7 +89,8 @@ def test_a_burst_above_max_num_seqs_raises_the_queue_depth_signal(serving_vllm: 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     burst = 4 * MAX_NUM_SEQS
-    request = {"model": NAME, "prompt": "count: 1 2 3", "max_tokens": 128, "ignore_eos": True}
+    request = {"model": NAME, "prompt": "count: 1 2 3", "max_tokens": 900, "ignore_eos": True}
+    # long enough that the surplus is still waiting at a 50 ms poll, even on an idle, fast machine
     with ThreadPoolExecutor(burst) as pool:
         results = list(pool.map(lambda _: serving_vllm.post_json("/v1/completions", request), range(burst)))
     done.set()
