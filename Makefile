@@ -14,22 +14,34 @@ help: ## list the targets
 
 # --- set-up ---------------------------------------------------------------------------------------------------
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip==26.3
+	$(PY) -m pip install -q --disable-pip-version-check -c requirements.lock -e '.[dev]'
 	touch $@
 
-.PHONY: venv binaries vllm-venv setup
+.PHONY: lock
+lock: ## re-resolve pyproject.toml's dependencies (today's newest in range) into requirements.lock
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install -q --disable-pip-version-check -e '.[dev]'
+	{ head -2 requirements.lock; .lock-venv/bin/pip freeze --all --exclude-editable \
+	  | grep -vE '^(pip|setuptools|wheel)==|^-e |qwen.fleet' | LC_ALL=C sort -f; } > requirements.lock.new
+	mv requirements.lock.new requirements.lock && rm -rf .lock-venv
+
+.PHONY: venv binaries vllm-venv real-node-deps setup
 venv: $(VENV)/.installed ## the project's Python venv (.venv)
 
 binaries: ## build the control-plane binaries from the Go module proxy (cached in $QF_CACHE)
 	hack/build-binaries.sh
 
+real-node-deps: ## the real node's container runtime from Debian: containerd, runc, CNI plugins (as root)
+	hack/real-node-deps.sh
+
 vllm-venv: ## the cached venv with the pinned CPU build of vLLM (for contract and e2e tests)
 	hack/vllm-venv.sh >/dev/null
 
 setup: venv ## everything the tests need; the engine venv installs (network-bound) while Go compiles (CPU-bound)
+	@hack/real-node-deps.sh
 	@hack/vllm-venv.sh >/dev/null & engine=$$!; \
 	  hack/build-binaries.sh; built=$$?; \
 	  wait $$engine; venv=$$?; \
@@ -38,21 +50,28 @@ setup: venv ## everything the tests need; the engine venv installs (network-boun
 # --- the two commands ---------------------------------------------------------------------------------------
 
 .PHONY: run test
-run: venv binaries ## demo: local cluster, CRD, operator, an example QwenInference and its status (Ctrl-C stops all)
-	$(VENV)/bin/qwen-fleet run
+run: setup ## demo: local cluster with a real node, CRD, operator, a tiny CPU fleet served by vLLM and its first answer (Ctrl-C stops all)
+	$(VENV)/bin/qwen-fleet run --real-node
 
 test: setup ## the whole suite: unit, integration, contract, e2e, chaos (fails if no test ran)
-	@set -o pipefail; rc=0; $(VENV)/bin/pytest -p no:cacheprovider $(PYTEST_ARGS) tests || rc=$$?; \
+	@set -o pipefail; rc=0; $(VENV)/bin/pytest -p no:cacheprovider -m "not real_fleet" $(PYTEST_ARGS) tests || rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: no tests ran" >&2; exit 1; fi; exit $$rc
 
 # --- pieces -------------------------------------------------------------------------------------------------
 
-.PHONY: test-unit test-integration test-contract test-e2e
+.PHONY: test-unit test-integration test-node test-contract test-e2e test-real-fleet
+test-real-fleet: setup ## a vLLM CPU fleet served on the real node (image import, probes, ClusterIP, EngineFailed, rollout)
+	$(VENV)/bin/pytest -p no:cacheprovider -m real_fleet tests/node $(PYTEST_ARGS)
+
 test-unit: venv ## fast tests, no cluster, no engine
 	$(VENV)/bin/pytest -p no:cacheprovider tests/unit $(PYTEST_ARGS)
 
 test-integration: venv binaries ## against the real local control plane
 	$(VENV)/bin/pytest -p no:cacheprovider tests/integration $(PYTEST_ARGS)
+
+test-node: venv real-node-deps ## a real node (kubelet, containerd, kube-proxy) in the local cluster: pods that run
+	hack/build-binaries.sh k8s etcd kwok node
+	$(VENV)/bin/pytest -p no:cacheprovider tests/node $(PYTEST_ARGS)
 
 test-contract: venv vllm-venv ## against the real vLLM engine on CPU
 	$(VENV)/bin/pytest -p no:cacheprovider tests/contract $(PYTEST_ARGS)
@@ -60,17 +79,31 @@ test-contract: venv vllm-venv ## against the real vLLM engine on CPU
 test-e2e: setup ## end to end: cluster + operator + metrics + engine
 	$(VENV)/bin/pytest -p no:cacheprovider tests/e2e $(PYTEST_ARGS)
 
-.PHONY: generate lint bench cluster-up cluster-down
+.PHONY: generate vllm-flags lint kube-schemas validate-manifests bench cluster-up cluster-down
+vllm-flags: vllm-venv ## regenerate vLLM's flag table (engine.extraArgs is checked against it) from its parser
+	VLLM_TARGET_DEVICE=cpu "$$(hack/vllm-venv.sh)" hack/vllm-flags.py > operator/qwen_fleet/catalog/vllm_flags.json.tmp
+	mv operator/qwen_fleet/catalog/vllm_flags.json.tmp operator/qwen_fleet/catalog/vllm_flags.json
+
 generate: venv ## regenerate the CRD (and the chart's byte-for-byte copy) from the pydantic models
 	$(VENV)/bin/qwen-fleet crd -o crds/qwenfleet.io_qweninferences.yaml
 	cp crds/qwenfleet.io_qweninferences.yaml charts/qwen-fleet/files/crds/qwenfleet.io_qweninferences.yaml
 
-lint: venv ## ruff, mypy (strict), hadolint (images/*/Dockerfile), helm lint --strict (the chart)
-	$(VENV)/bin/ruff check operator tests bench
+lint: venv ## ruff, mypy (strict), hadolint, helm lint --strict, kubeconform of every manifest we ship
+	$(VENV)/bin/ruff check operator devtools tests bench hack
 	$(VENV)/bin/mypy
 	$(VENV)/bin/hadolint images/*/Dockerfile
 	@hack/build-binaries.sh helm
-	"$$($(PY) -c 'from qwen_fleet.devcluster.binaries import locate; print(locate().helm)')" lint --strict charts/qwen-fleet
+	"$$($(PY) -c 'from qwen_fleet_dev.binaries import locate; print(locate().helm)')" lint --strict charts/qwen-fleet
+	@$(MAKE) --no-print-directory validate-manifests
+
+kube-schemas: venv ## kubeconform's schemas from the local kube-apiserver's OpenAPI (cached in $QF_CACHE/kube-schemas)
+	@hack/build-binaries.sh k8s etcd kwok helm
+	$(PY) hack/kube-schemas.py
+
+validate-manifests: venv ## kubeconform -strict: helm template (every tested values case), qwen-fleet render, examples
+	@hack/build-binaries.sh k8s etcd kwok helm kubeconform
+	$(PY) hack/validate-manifests.py "$(QF_CACHE)/kubeconform/$$(sed -n 's/^KUBECONFORM_VERSION=//p' hack/versions.env)/bin/kubeconform" \
+	  "$$($(PY) hack/kube-schemas.py)"
 
 bench: venv binaries ## benchmarks; figures go to bench/results/
 	$(PY) -m bench.run

@@ -26,8 +26,9 @@ from typing import Any
 
 from tests.support.vllm_server import VllmServer
 
-from qwen_fleet.devcluster.cluster import LocalCluster
-from qwen_fleet.devcluster.metrics_stack import (
+from qwen_fleet.render.metric_names import GPU_UTIL_METRIC, KV_CACHE_METRIC, QUEUE_METRIC
+from qwen_fleet_dev.cluster import LocalCluster
+from qwen_fleet_dev.metrics_stack import (
     FakeDcgmExporter,
     GpuAssignment,
     MetricsStack,
@@ -35,9 +36,8 @@ from qwen_fleet.devcluster.metrics_stack import (
     chart_adapter_rules,
     quantity,
 )
-from qwen_fleet.devcluster.processes import wait_for
-from qwen_fleet.devcluster.rest import Rest, RestError
-from qwen_fleet.render.metric_names import GPU_UTIL_METRIC, KV_CACHE_METRIC, QUEUE_METRIC
+from qwen_fleet_dev.processes import wait_for
+from qwen_fleet_dev.rest import Rest, RestError
 
 ROOT = Path(__file__).resolve().parent.parent
 FLEET = "qwen-autoscaled"
@@ -439,7 +439,7 @@ def environment(workdir: Path) -> Iterator[tuple[LocalCluster, str, VllmServer, 
     from tests.support.operator_process import OperatorProcess
     from tests.support.tiny_qwen import TinyQwen, make_tiny_model
 
-    from qwen_fleet.devcluster import binaries
+    from qwen_fleet_dev import binaries
 
     binaries.ensure()
     python = subprocess.run([str(ROOT / "hack" / "vllm-venv.sh")], check=True, capture_output=True,

@@ -18,11 +18,11 @@ from tests.support.operator_process import OperatorProcess, audit_writes
 from bench.watch import Recorder, api_client, deployment_available, exists, has_arg, qwi_ready
 from qwen_fleet.api import QwenInference
 from qwen_fleet.config import OperatorConfig
-from qwen_fleet.devcluster.cluster import LocalCluster
-from qwen_fleet.devcluster.nodes import NodePool
 from qwen_fleet.plan import make_plan
 from qwen_fleet.reconcile.kube import KubeClient
 from qwen_fleet.render import Capabilities, render_children
+from qwen_fleet_dev.cluster import LocalCluster
+from qwen_fleet_dev.nodes import NodePool
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench"
@@ -34,6 +34,8 @@ GPU = "NVIDIA-H100-80GB-HBM3"
 def resources(n: int) -> list[dict[str, Any]]:
     """N QwenInferences cycling through the examples (all on the big GPU nodes so capacity is no limit)."""
     examples = [yaml.safe_load(p.read_text()) for p in sorted((ROOT / "examples").glob("*.yaml"))]
+    # GPU fleets only (a device: CPU example cannot be pinned to a GPU product), as in earlier runs.
+    examples = [doc for doc in examples if doc["spec"].get("device", "GPU") == "GPU"]
     docs = []
     for i in range(n):
         doc = json.loads(json.dumps(examples[i % len(examples)]))

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from qwen_fleet import __version__, versions
-from qwen_fleet.devcluster import binaries
-from qwen_fleet.devcluster.cluster import LocalCluster
+from qwen_fleet_dev import binaries
+from qwen_fleet_dev.cluster import LocalCluster
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

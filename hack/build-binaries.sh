@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the real control-plane binaries from the Go module proxy, pinned, cached outside the repository.
 #
-#   hack/build-binaries.sh [component...]    components: k8s etcd kwok helm prometheus adapter (default: all)
+#   hack/build-binaries.sh [component...]    components: k8s node etcd kwok helm prometheus adapter
+#                                            kubeconform lws (default: all)
 #
 # Each component lands in $QF_CACHE/<component>/<version>/bin and is rebuilt only when a binary is missing.
 # Why a wrapper module for k8s.io/kubernetes: its go.mod pins every staging module at v0.0.0 with a
@@ -21,13 +22,18 @@ have_all() { # dir names...
   for n in "$@"; do [ -x "$dir/$n" ] || return 1; done
 }
 
-build_k8s() {
+# Commands of k8s.io/kubernetes built from one generated wrapper module, into $QF_CACHE/k8s/<version>/bin.
+# Component k8s is the control plane and kubectl; component node is what a real node runs (kubelet,
+# kube-proxy). They share the module recipe and the Go build cache, so the second is quick.
+build_k8s_cmds() { # what cmd...
+  local what=$1; shift
   local out="$QF_CACHE/k8s/$K8S_VERSION/bin"
-  have_all "$out" kube-apiserver kube-controller-manager kube-scheduler kubectl && return 0
-  log "building kubernetes $K8S_VERSION (cold: ~20-30 min on 2 cores)"
+  have_all "$out" "$@" && return 0
+  log "building kubernetes $K8S_VERSION $what: $* (cold: ~20-30 min on 2 cores)"
   local mod; mod=$(mktemp -d "${TMPDIR:-/tmp}/qf-k8s-mod.XXXXXX")
   local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
   local staging_v="v0.${K8S_VERSION#v1.}"
+  local tmp="$out.tmp-$what"
   (
     cd "$mod"
     go mod init qwen-fleet.local/k8sbin >/dev/null 2>&1
@@ -41,32 +47,32 @@ build_k8s() {
     [ "$n" -ge 30 ] || { log "only $n staging replaces found in $gomod"; exit 1; }
     log "generated $n replace lines from $gomod"
     go mod edit -require="k8s.io/kubernetes@$K8S_VERSION"
-    cat > tools.go <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-)
-GO
+    { printf '//go:build tools\n\npackage tools\n\nimport (\n'
+      for c in "$@"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"; done
+      printf ')\n'; } > tools.go
     go mod tidy
     local ld="-s -w"
     for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
       ld="$ld -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
       ld="$ld -X $p.gitTreeState=clean -X $p.gitCommit=module-proxy -X $p.buildDate=1970-01-01T00:00:00Z"
     done
-    mkdir -p "$out.tmp"
-    for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+    rm -rf "$tmp"; mkdir -p "$tmp"
+    for c in "$@"; do
       log "go build $c"
-      go build -trimpath -ldflags "$ld" -o "$out.tmp/$c" "k8s.io/kubernetes/cmd/$c"
+      go build -trimpath -ldflags "$ld" -o "$tmp/$c" "k8s.io/kubernetes/cmd/$c"
     done
   )
-  mkdir -p "$(dirname "$out")"; rm -rf "$out"; mv "$out.tmp" "$out"; rm -rf "$mod"
+  # Move each binary in by itself: the other component's binaries in $out stay where they are.
+  mkdir -p "$out"
+  for c in "$@"; do mv -f "$tmp/$c" "$out/$c"; done
+  rm -rf "$tmp" "$mod"
 }
+
+build_k8s() { build_k8s_cmds control-plane kube-apiserver kube-controller-manager kube-scheduler kubectl; }
+
+# kubelet and kube-proxy for the real node (opt-in: LocalCluster(real_node=True)); its container runtime
+# comes from Debian (hack/real-node-deps.sh).
+build_node() { build_k8s_cmds node kubelet kube-proxy; }
 
 build_etcd() {
   local out="$QF_CACHE/etcd/$ETCD_VERSION/bin"
@@ -112,8 +118,14 @@ build_helm() {
 
 build_prometheus() {
   local out="$QF_CACHE/prometheus/$PROMETHEUS_VERSION/bin"
-  have_all "$out" prometheus && return 0
-  log "building prometheus $PROMETHEUS_VERSION"
+  have_all "$out" prometheus promtool && return 0
+  # promtool (the alert rules' unit tests, `promtool test rules`) comes from the same module and version.
+  # Only the missing commands are built, so a cache that already has prometheus only gains promtool.
+  local cmds=()
+  for n in prometheus promtool; do
+    [ -x "$out/$n" ] || cmds+=("github.com/prometheus/prometheus/cmd/$n@$PROMETHEUS_VERSION")
+  done
+  log "building ${cmds[*]}"
   # remove_all_sd drops the ~25 cloud service-discovery plugins (static and file SD stay in the minimum
   # set): we only scrape local targets, and the build is much shorter. Without the builtinassets tag the
   # web UI is not embedded; the HTTP API, which is all the adapter and the tests use, is unaffected.
@@ -123,10 +135,9 @@ build_prometheus() {
   local ld="-s -w -X github.com/prometheus/common/version.Version=$release"
   ld="$ld -X github.com/prometheus/common/version.Branch=module-proxy"
   ld="$ld -X github.com/prometheus/common/version.Revision=module-proxy"
-  mkdir -p "$out.tmp"
-  GOBIN="$out.tmp" go install -trimpath -tags remove_all_sd -ldflags "$ld" \
-    "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION"
-  rm -rf "$out"; mv "$out.tmp" "$out"
+  rm -rf "$out.tmp"; mkdir -p "$out.tmp" "$out"
+  GOBIN="$out.tmp" go install -trimpath -tags remove_all_sd -ldflags "$ld" "${cmds[@]}"
+  mv "$out.tmp"/* "$out/"; rmdir "$out.tmp"
 }
 
 build_adapter() {
@@ -149,11 +160,50 @@ build_adapter() {
   rm -rf "$out"; mv "$out.tmp" "$out"; rm -rf "$mod"
 }
 
+build_kubeconform() {
+  local out="$QF_CACHE/kubeconform/$KUBECONFORM_VERSION/bin"
+  have_all "$out" kubeconform && return 0
+  log "building kubeconform $KUBECONFORM_VERSION"
+  rm -rf "$out.tmp"; mkdir -p "$out.tmp"
+  GOBIN="$out.tmp" go install -trimpath -ldflags "-s -w -X main.version=$KUBECONFORM_VERSION" "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
+  rm -rf "$out"; mv "$out.tmp" "$out"
+}
+
+# The LeaderWorkerSet manager (controller and its webhooks) and its CRDs, for multi-node fleets; opt-in
+# (LocalCluster(leader_worker_set=True)). Same wrapper-module recipe as the adapter: an exact require, no
+# version list from the proxy. The CRDs are copied from the module, so the cache holds all the cluster needs.
+build_lws() {
+  local base="$QF_CACHE/lws/$LWS_VERSION"
+  # Both CRDs: the manager runs the DisaggregatedSet controller too, which needs its kind served.
+  local crds=(leaderworkerset.x-k8s.io_leaderworkersets.yaml disaggregatedset.x-k8s.io_disaggregatedsets.yaml)
+  have_all "$base/bin" lws-manager && [ -f "$base/crds/${crds[0]}" ] && [ -f "$base/crds/${crds[1]}" ] && return 0
+  local mod; mod=$(mktemp -d "${TMPDIR:-/tmp}/qf-lws-mod.XXXXXX")
+  (
+    cd "$mod"
+    go mod init qwen-fleet.local/lwsbin >/dev/null 2>&1
+    go mod edit -require="sigs.k8s.io/lws@$LWS_VERSION"
+    printf '//go:build tools\n\npackage tools\n\nimport _ "sigs.k8s.io/lws/cmd"\n' > tools.go
+    go mod tidy
+    if ! have_all "$base/bin" lws-manager; then
+      log "building lws $LWS_VERSION manager"
+      rm -rf "$base/bin.tmp"; mkdir -p "$base/bin.tmp"
+      go build -trimpath -ldflags "-s -w" -o "$base/bin.tmp/lws-manager" sigs.k8s.io/lws/cmd
+      rm -rf "$base/bin"; mv "$base/bin.tmp" "$base/bin"
+    fi
+    local src; src=$(go mod download -json "sigs.k8s.io/lws@$LWS_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+    rm -rf "$base/crds.tmp"; mkdir -p "$base/crds.tmp"
+    for f in "${crds[@]}"; do cp "$src/config/crd/bases/$f" "$base/crds.tmp/"; done
+    chmod -R u+w "$base/crds.tmp"
+    rm -rf "$base/crds"; mv "$base/crds.tmp" "$base/crds"
+  )
+  rm -rf "$mod"
+}
+
 components=("$@")
-[ ${#components[@]} -gt 0 ] || components=(etcd kwok helm k8s prometheus adapter)
+[ ${#components[@]} -gt 0 ] || components=(etcd kwok helm k8s node prometheus adapter kubeconform lws)
 for c in "${components[@]}"; do
   case $c in
-    k8s|etcd|kwok|helm|prometheus|adapter) "build_$c" ;;
+    k8s|node|etcd|kwok|helm|prometheus|adapter|kubeconform|lws) "build_$c" ;;
     *) log "unknown component: $c"; exit 2 ;;
   esac
 done

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from qwen_fleet.devcluster import binaries
-from qwen_fleet.devcluster.cluster import LocalCluster
+from qwen_fleet_dev import binaries
+from qwen_fleet_dev.cluster import LocalCluster
 from tests.support.operator_process import OperatorProcess
 from tests.support.serving import RenderedServer, rendered_server
 from tests.support.tiny_qwen import TinyQwen, make_tiny_model

@@ -5,6 +5,7 @@ and the pydantic models (``qwen-fleet render``). Each case names what a person s
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,38 @@ def _rule(id: str, spec: dict[str, Any], message: str) -> Case:
     return Case(id, spec, message, message)
 
 
+def _unknown_flag(token: str, hint: str) -> Case:
+    """A flag vLLM 0.32 does not have, or an abbreviation: refused at apply, naming the flag meant."""
+    key = "--" + token[2:].split("=", maxsplit=1)[0].replace("_", "-") if token.startswith("--") else token
+    case_id = "extra-args-unknown-" + re.sub("[^a-z0-9]+", "-", key).strip("-")
+    return _rule(case_id, {"engine": {"extraArgs": ["--seed", "7", token, "x"]}},
+                 f"engine.extraArgs: {key} is not a flag of vLLM 0.32.0 (write flags in full); {hint}")
+
+
+# Misspelt, removed and abbreviated flags, with what the message suggests.
+UNKNOWN_FLAGS: list[tuple[str, str]] = [
+    ("--tool-call-parsr", "did you mean --tool-call-parser?"),
+    ("--enable-auto-tool-choise", "did you mean --enable-auto-tool-choice?"),
+    ("--reasoning-parsr", "did you mean --reasoning-parser?"),
+    ("--max-loraz", "did you mean --max-loras?"),
+    ("--uvicorn-log-levl", "did you mean --uvicorn-log-level?"),
+    ("--hf_overide", "did you mean --hf-overrides?"),
+    ("--limit-mm-per-promt", "did you mean --limit-mm-per-prompt?"),
+    ("--speculative_confg=x", "did you mean --speculative-config?"),
+    ("--kv-transfer-confg", "did you mean --kv-transfer-config?"),
+    ("--disable-log-requests", "did you mean --enable-log-requests?"),
+    ("--enabel-prefix-caching", "did you mean --enable-prefix-caching?"),
+    ("--gpu-memory-utilisation", "did you mean --gpu-memory-utilization?"),
+    ("-tp2", "did you mean -tp?"),
+    ("--tokenizer-mod", "did you mean --tokenizer-mode?"),
+    ("--enable-prompt-token", "did you mean --enable-prompt-tokens-details?"),
+    ("--chat-templat", "it could be any of --chat-template, --chat-template-content-format"),
+    ("--max-num", "it could be any of --max-num-active-seqs, --max-num-batched-tokens"),
+    ("--enable", "it abbreviates"),
+    ("--foo; rm -rf /", "see docs/vllm-contract.md for the flags"),
+]
+
+
 CASES: list[Case] = [
     _rule("min-above-max", {"autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2}},
           "autoscaling.minReplicas must not exceed autoscaling.maxReplicas"),
@@ -57,10 +90,52 @@ CASES: list[Case] = [
          "greater than or equal to 1"),
     Case("pipeline-negative", {"parallelism": {"pipeline": -1}}, "spec.parallelism.pipeline: Invalid value: -1",
          "greater than or equal to 1"),
-    Case("multi-node-reserved", {"parallelism": {"nodes": 2}}, "spec.parallelism.nodes: Invalid value: 2",
-         "less than or equal to 1"),
-    _rule("too-many-gpus", {"parallelism": {"tensor": 16, "pipeline": 8}},
-          "parallelism.tensor x parallelism.pipeline (GPUs per replica) must be at most 64"),
+    Case("nodes-above-16", {"parallelism": {"nodes": 32}}, "spec.parallelism.nodes: Invalid value: 32",
+         "less than or equal to 16"),
+    _rule("too-many-gpus", {"parallelism": {"tensor": 64, "pipeline": 8}},
+          "parallelism.tensor x pipeline x data (GPUs per replica) must be at most 256"),
+    _rule("too-many-gpus-per-pod", {"parallelism": {"tensor": 16, "pipeline": 8}},
+          "more than 16 GPUs per pod (GPUs per replica / parallelism.nodes): no node has that many; raise "
+          "parallelism.nodes"),
+    # Multi-node, data and expert parallel: combinations vLLM 0.32 refuses or that leave pods uneven.
+    _rule("nodes-do-not-divide-gpus", {"parallelism": {"tensor": 4, "nodes": 3}},
+          "must divide evenly over parallelism.nodes"),
+    _rule("nodes-more-than-gpus", {"parallelism": {"nodes": 2}},
+          "must divide evenly over parallelism.nodes"),
+    _rule("data-rank-split-unevenly", {"parallelism": {"tensor": 2, "data": 3, "nodes": 2}},
+          "a data-parallel rank (tensor x pipeline GPUs) must fit in one pod or span whole pods"),
+    _rule("data-local-inconsistent", {"parallelism": {"data": 8, "dataLocal": 8, "nodes": 2}},
+          "parallelism.dataLocal (data-parallel ranks per pod) x parallelism.nodes must equal parallelism.data"),
+    _rule("data-local-above-data", {"parallelism": {"data": 2, "dataLocal": 4}},
+          "parallelism.dataLocal (data-parallel ranks per pod) x parallelism.nodes must equal parallelism.data"),
+    _rule("expert-on-one-gpu", {"parallelism": {"expert": True}},
+          "parallelism.expert spreads the experts over tensor x data GPUs"),
+    _rule("expert-over-pipeline-only", {"parallelism": {"expert": True, "pipeline": 4}},
+          "parallelism.expert spreads the experts over tensor x data GPUs"),
+    Case("data-zero", {"parallelism": {"data": 0}}, "spec.parallelism.data: Invalid value: 0",
+         "greater than or equal to 1"),
+    _rule("extra-args-data-parallel-size", {"engine": {"extraArgs": ["--data-parallel-size", "4"]}},
+          "--data-parallel-size is parallelism.data"),
+    _rule("extra-args-data-parallel-short", {"engine": {"extraArgs": ["-dp=4"]}},
+          "engine.extraArgs must not repeat a flag that a typed field owns"),
+    _rule("extra-args-expert-parallel", {"engine": {"extraArgs": ["--enable_expert_parallel"]}},
+          "--enable-expert-parallel is parallelism.expert"),
+    _rule("extra-args-nnodes", {"engine": {"extraArgs": ["--nnodes=2", "--node-rank=0"]}},
+          "--nnodes is parallelism.nodes"),
+    _rule("extra-args-headless", {"engine": {"extraArgs": ["--headless"]}},
+          "engine.extraArgs must not repeat a flag that a typed field owns"),
+    _rule("cpu-with-tensor-parallel", {"device": "CPU", "engine": {"image": "my/vllm-cpu:1"},
+                                       "parallelism": {"tensor": 2}},
+          "device CPU runs one engine process per replica: parallelism.tensor x pipeline x data and nodes must be 1"),
+    _rule("cpu-without-image", {"device": "CPU"},
+          "device CPU needs engine.image, a CPU build of vLLM: the default image is vLLM's CUDA build"),
+    _rule("cpu-with-gpu-product", {"device": "CPU", "engine": {"image": "my/vllm-cpu:1"},
+                                   "gpu": {"product": "NVIDIA-A10G"}},
+          "gpu.product, gpu.memoryGiB and engine.gpuMemoryUtilization do not apply to device CPU"),
+    _rule("cpu-with-gpu-memory-utilization", {"device": "CPU", "engine": {"image": "my/vllm-cpu:1",
+                                                                          "gpuMemoryUtilization": 0.5}},
+          "gpu.product, gpu.memoryGiB and engine.gpuMemoryUtilization do not apply to device CPU"),
+    Case("unknown-device", {"device": "TPU"}, 'spec.device: Unsupported value: "TPU"', "Input should be 'GPU'"),
     Case("unknown-quantization", {"engine": {"quantization": "int3-magic"}},
          'spec.engine.quantization: Unsupported value: "int3-magic"', "Input should be 'awq'"),
     Case("unknown-kv-cache-dtype", {"engine": {"kvCacheDtype": "fp4"}},
@@ -79,6 +154,21 @@ CASES: list[Case] = [
           "engine.extraArgs must not repeat a flag that a typed field owns"),
     _rule("extra-args-repeat-negated", {"engine": {"extraArgs": ["--no-enable-prefix-caching"]}},
           "engine.extraArgs must not repeat a flag that a typed field owns"),
+    # an abbreviation of a typed field's flag is that flag (vLLM's parser has allow_abbrev on)
+    _rule("extra-args-abbreviates-max-num-seqs", {"engine": {"extraArgs": ["--max-num-seq=64"]}},
+          "engine.extraArgs must not repeat a flag that a typed field owns"),
+    _rule("extra-args-abbreviates-tp-short", {"engine": {"extraArgs": ["-t", "2"]}},
+          "engine.extraArgs must not repeat a flag that a typed field owns"),
+    _rule("extra-args-abbreviates-negated", {"engine": {"extraArgs": ["--no-enable-prefix"]}},
+          "engine.extraArgs must not repeat a flag that a typed field owns"),
+    *[_unknown_flag(token, hint) for token, hint in UNKNOWN_FLAGS],
+    # a value no flag takes: vLLM's parser makes it the ignored model_tag positional
+    _rule("extra-args-value-after-a-switch", {"engine": {"extraArgs": ["--enable-log-requests", "true"]}},
+          'engine.extraArgs: "true" is not the value of the flag before it (vLLM would ignore it)'),
+    _rule("extra-args-second-value", {"engine": {"extraArgs": ["--seed", "1", "2"]}},
+          'engine.extraArgs: "2" is not the value of the flag before it (vLLM would ignore it)'),
+    _rule("extra-args-value-first", {"engine": {"extraArgs": ["auto", "--tokenizer-mode"]}},
+          'engine.extraArgs: "auto" is not the value of the flag before it (vLLM would ignore it)'),
     _rule("env-owned-variable", {"engine": {"env": [{"name": "NCCL_DEBUG", "value": "INFO"}]}},
           "engine.env must not set a variable the operator owns"),
     _rule("nccl-env-not-nccl", {"nccl": {"env": [{"name": "OMP_NUM_THREADS", "value": "4"}]}},
@@ -162,4 +252,30 @@ CASES: list[Case] = [
          "String should match pattern"),
     Case("affinity-unknown-key", {"scheduling": {"affinity": {"nodeAfinity": {}}}},
          'unknown field "spec.scheduling.affinity.nodeAfinity"', "Extra inputs are not permitted"),
+    # The Qwen layer (api/serving.py): what needs no catalog is refused at apply.
+    _rule("parser-on-pooling-task", {"serving": {"task": "embed", "toolCallParser": "hermes"}},
+          "serving.reasoningParser, toolCallParser, thinking and speculative apply to generation only"),
+    _rule("speculative-on-pooling-task", {"serving": {"task": "score", "speculative": {"numSpeculativeTokens": 2}}},
+          "serving.reasoningParser, toolCallParser, thinking and speculative apply to generation only"),
+    _rule("adapter-repo-and-path", {"serving": {"adapters": [{"name": "a", "repo": "o/r", "path": "x"}]}},
+          "an adapter names exactly one of repo (Hugging Face) or path (on the model's claim)"),
+    _rule("adapter-names-repeat", {"serving": {"adapters": [{"name": "a", "repo": "o/r"}, {"name": "a", "path": "x"}]}},
+          "serving.adapters names must be unique"),
+    _rule("adapters-on-embed", {"serving": {"task": "embed", "adapters": [{"name": "a", "repo": "o/r"}]}},
+          "serving.adapters apply to task generate only"),
+    Case("speculative-too-many-tokens", {"serving": {"speculative": {"numSpeculativeTokens": 9}}},
+         "spec.serving.speculative.numSpeculativeTokens: Invalid value: 9", "less than or equal to 8"),
+    _rule("thinking-without-reasoning-parser", {"serving": {"thinking": True, "reasoningParser": "none"}},
+          "serving.thinking: true with reasoningParser: none returns the thinking text inside the answer"),
+    Case("unknown-tool-parser", {"serving": {"toolCallParser": "llama3_json"}},
+         'spec.serving.toolCallParser: Unsupported value: "llama3_json"', "Input should be 'hermes'"),
+    Case("unknown-task", {"serving": {"task": "classify"}}, 'spec.serving.task: Unsupported value: "classify"',
+         "Input should be 'generate'"),
+    Case("yarn-factor-one", {"engine": {"ropeScaling": {"factor": 1}}},
+         "spec.engine.ropeScaling.factor: Invalid value: 1", "greater than 1"),
+    _rule("yarn-beyond-16m-tokens",
+          {"engine": {"ropeScaling": {"factor": 64, "originalMaxPositionEmbeddings": 1048576}}},
+          "engine.ropeScaling.factor x originalMaxPositionEmbeddings must be at most 16777216 tokens"),
+    _rule("extra-args-repeat-reasoning-parser", {"engine": {"extraArgs": ["--reasoning-parser=qwen3"]}},
+          "engine.extraArgs must not repeat a flag that a typed field owns"),
 ]

@@ -45,9 +45,9 @@ def cmd_render(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from qwen_fleet.api import KIND, QwenInference
+    from qwen_fleet.api.messages import validation_message
     from qwen_fleet.config import OperatorConfig
     from qwen_fleet.plan import make_plan
-    from qwen_fleet.reconcile.controller import validation_message
     from qwen_fleet.render import ALL_CAPABILITIES, Capabilities, render_children
 
     try:
@@ -98,16 +98,28 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return plan_command(args)
 
 
-def cmd_dev(args: argparse.Namespace) -> int:
-    from qwen_fleet.devcluster.cli import dev_command
+DEV_TOOLS_MISSING = ("the local control plane is not part of this installation: it lives in devtools/ of the "
+                     "repository (make venv installs it); the operator image does not ship it")
 
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    try:
+        from qwen_fleet_dev.cli import dev_command
+    except ModuleNotFoundError as err:
+        if err.name != "qwen_fleet_dev":
+            raise
+        return fail(DEV_TOOLS_MISSING)
     return dev_command(args)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from qwen_fleet.devcluster.demo import run_demo
-
-    return run_demo(Path(args.example), keep=not args.once)
+    try:
+        from qwen_fleet_dev.demo import run_demo
+    except ModuleNotFoundError as err:
+        if err.name != "qwen_fleet_dev":
+            raise
+        return fail(DEV_TOOLS_MISSING)
+    return run_demo(Path(args.example), keep=not args.once, real_node=args.real_node)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -144,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     dev = p.add_subparsers(dest="dev_command", required=True)
     up = dev.add_parser("up", help="start it and print the kubeconfig path")
     up.add_argument("--dir", default=".dev/cluster")
+    up.add_argument("--real-node", action="store_true",
+                    help="add a real node (kubelet, containerd, kube-proxy) beside the fake GPU nodes")
     down = dev.add_parser("down", help="stop it")
     down.add_argument("--dir", default=".dev/cluster")
     p.set_defaults(func=cmd_dev)
@@ -151,6 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="the demo: local cluster, CRD, operator, an example, its status")
     p.add_argument("--example", default="examples/qwen3-4b-instruct-a10g.yaml")
     p.add_argument("--once", action="store_true", help="exit once the example is Ready")
+    p.add_argument("--real-node", action="store_true",
+                   help="a real node, and the tiny Qwen2 served by the vLLM CPU image on it instead of the example")
     p.set_defaults(func=cmd_run)
     return parser
 

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass, field
 
 from qwen_fleet import versions
 
 FIELD_MANAGER = "qwen-fleet"
 MANAGED_BY = "qwen-fleet"
+
+
+def _float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise SystemExit(f"qwen-fleet: {name}={raw!r} is not a number") from None
 
 
 def _int(name: str, default: int) -> int:
@@ -30,7 +41,19 @@ class OperatorConfig:
     metrics_port: int = 8080
     liveness_port: int = 8081
     log_level: str = "INFO"
+    # The admission webhook (qwen_fleet.admission): 0 leaves it off; the chart turns it on with a certificate
+    # mounted at webhook_cert_dir (tls.crt, tls.key: the layout of a kubernetes.io/tls Secret).
+    webhook_port: int = 0
+    webhook_cert_dir: str = "/etc/qwen-fleet/webhook"
     extra_labels: dict[str, str] = field(default_factory=dict)
+    # Leader election (reconcile/leader.py): on when a namespace for the Lease is given (the chart gives its
+    # own). Without it the process reconciles at once, as one replica must.
+    lease_namespace: str = ""
+    lease_name: str = "qwen-fleet-operator"
+    identity: str = field(default_factory=lambda: f"{socket.gethostname()}_{os.getpid()}")
+    lease_duration_seconds: float = 15.0
+    lease_renew_deadline_seconds: float = 10.0
+    lease_retry_seconds: float = 2.0
 
     @classmethod
     def from_env(cls) -> OperatorConfig:
@@ -43,4 +66,16 @@ class OperatorConfig:
             metrics_port=_int("QWEN_FLEET_METRICS_PORT", 8080),
             liveness_port=_int("QWEN_FLEET_LIVENESS_PORT", 8081),
             log_level=os.environ.get("QWEN_FLEET_LOG_LEVEL", "INFO").upper(),
+            lease_namespace=os.environ.get("QWEN_FLEET_LEASE_NAMESPACE", "").strip(),
+            lease_name=os.environ.get("QWEN_FLEET_LEASE_NAME") or "qwen-fleet-operator",
+            identity=os.environ.get("QWEN_FLEET_IDENTITY") or f"{socket.gethostname()}_{os.getpid()}",
+            lease_duration_seconds=_float("QWEN_FLEET_LEASE_DURATION_SECONDS", 15.0),
+            lease_renew_deadline_seconds=_float("QWEN_FLEET_LEASE_RENEW_DEADLINE_SECONDS", 10.0),
+            lease_retry_seconds=_float("QWEN_FLEET_LEASE_RETRY_SECONDS", 2.0),
+            webhook_port=_int("QWEN_FLEET_WEBHOOK_PORT", 0),
+            webhook_cert_dir=os.environ.get("QWEN_FLEET_WEBHOOK_CERT_DIR", "/etc/qwen-fleet/webhook"),
         )
+
+    @property
+    def leader_election(self) -> bool:
+        return bool(self.lease_namespace)

@@ -16,3 +16,9 @@ HELM = "v4.3.1"
 # Prometheus 3.16.0) and prometheus-adapter, which serves custom.metrics.k8s.io to the HPA controller.
 PROMETHEUS = "v0.316.0"
 PROMETHEUS_ADAPTER = "v0.12.0"
+# `make lint`'s offline manifest validator, and the modules whose real CRDs the dry-run tests install.
+KUBECONFORM = "v0.8.0"
+PROMETHEUS_OPERATOR = "v0.85.0"
+CERT_MANAGER = "v1.19.1"
+# LeaderWorkerSet (multi-node replicas): its manager and CRDs in the local control plane, and the dry-runs.
+LWS = "v0.9.0"

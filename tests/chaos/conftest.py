@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from qwen_fleet.devcluster import binaries
-from qwen_fleet.devcluster.cluster import LocalCluster
-from qwen_fleet.devcluster.nodes import NodePool
+from qwen_fleet_dev import binaries
+from qwen_fleet_dev.cluster import LocalCluster
+from qwen_fleet_dev.nodes import NodePool
 from tests.chaos.helpers import H100, CliRun, admin, run_operator_cli
 from tests.support.kube import wait_until
 from tests.support.operator_process import OperatorProcess

@@ -18,11 +18,11 @@ from typing import Any
 
 from qwen_fleet.api import QwenInference
 from qwen_fleet.config import OperatorConfig
-from qwen_fleet.devcluster.cluster import LocalCluster
-from qwen_fleet.devcluster.rest import Rest, RestError
 from qwen_fleet.plan import make_plan
 from qwen_fleet.render import Capabilities, render_children
 from qwen_fleet.render.common import INSTANCE_LABEL, MANAGED_BY_LABEL
+from qwen_fleet_dev.cluster import LocalCluster
+from qwen_fleet_dev.rest import Rest, RestError
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 MODEL = "Qwen/Qwen3-4B-Instruct-2507"

@@ -1,7 +1,8 @@
 """Operator crashes under churn: well over 100 QwenInferences are created, edited and deleted at random (seeded),
 while the operator is SIGKILLed at 20+ random moments and started again. In the end the cluster must hold
-exactly the children the surviving resources ask for, as the operator's own render functions produce them:
-no orphans, no duplicates, no stale spec (the Deployment carries the latest maxNumSeqs), and every status
+exactly the children the surviving resources ask for, as the operator's own render functions produce them,
+compared field by field (tests/support/converged.py, not the operator's drift check): no orphans, no
+duplicates, no stale spec or leftover field (the Deployment carries the latest maxNumSeqs), and every status
 truthful (observedGeneration == generation, Ready=True; capacity is never the limit in this cluster).
 """
 
@@ -16,10 +17,9 @@ from typing import Any
 
 import pytest
 
-from qwen_fleet.devcluster.cluster import LocalCluster
-from qwen_fleet.devcluster.rest import Rest
-from qwen_fleet.reconcile.drift import drift
 from qwen_fleet.render.common import INSTANCE_LABEL
+from qwen_fleet_dev.cluster import LocalCluster
+from qwen_fleet_dev.rest import Rest
 from tests.chaos.helpers import (
     QWI_PATH,
     LogWindow,
@@ -37,6 +37,7 @@ from tests.chaos.helpers import (
     small_spec,
     traceback_count,
 )
+from tests.support.converged import child_problems
 from tests.support.kube import wait_until
 from tests.support.operator_process import OperatorProcess
 
@@ -142,7 +143,9 @@ def fleet_problems(rest: Rest, ns: str, survivors: dict[str, int]) -> list[str]:
         have = children.get(key)
         if have is None:
             continue
-        stale = drift(want, have)
+        # Field by field against the rendered object, and nothing owned by the operator that it no longer
+        # renders (tests/support/converged.py; independent of the operator's own drift check).
+        stale = child_problems(want, have)
         if stale:
             problems.append(f"stale {key}: {stale[:4]}")
         if key[0] == "Deployment" and container_args(have) != container_args(want):

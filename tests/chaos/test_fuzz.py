@@ -28,8 +28,8 @@ from pydantic import ValidationError
 
 from qwen_fleet import cli
 from qwen_fleet.api import QwenInference
-from qwen_fleet.devcluster.cluster import LocalCluster
-from qwen_fleet.reconcile.controller import validation_message
+from qwen_fleet.api.messages import validation_message
+from qwen_fleet_dev.cluster import LocalCluster
 from tests.chaos.conftest import RESYNC_SECONDS
 from tests.chaos.fuzz_specs import draw_documents
 from tests.chaos.helpers import (
@@ -147,7 +147,10 @@ def render_problem(v: Verdict) -> str | None:
             return f"invalid spec not refused with a message (exit {v.render_code}): {v.render_err[:200]!r}"
         return None
     if v.render_code == 0:
-        return None if "kind: Deployment" in v.render_out else "exit 0 without a Deployment"
+        # The workload: a Deployment, or one LeaderWorkerSet group per replica when parallelism.nodes > 1.
+        nodes = ((v.doc.get("spec") or {}).get("parallelism") or {}).get("nodes", 1)
+        workload = "LeaderWorkerSet" if isinstance(nodes, int) and nodes > 1 else "Deployment"
+        return None if f"kind: {workload}" in v.render_out else f"exit 0 without a {workload}"
     if v.render_code == 1 and "Stalled (" in v.render_err:
         return None  # valid, but the planner refuses it (does not fit, tensor size does not divide ...)
     return f"valid spec failed to render (exit {v.render_code}): {v.render_err[:300]!r}"

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from qwen_fleet.devcluster import binaries
-from qwen_fleet.devcluster.cluster import LocalCluster
+from qwen_fleet_dev import binaries
+from qwen_fleet_dev.cluster import LocalCluster
 from tests.chaos.helpers import QWI_PATH, admin, condition, get_or_none, qwi, record, small_spec
 from tests.support.kube import wait_until
 from tests.support.operator_process import OperatorProcess

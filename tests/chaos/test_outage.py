@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from qwen_fleet.devcluster.cluster import LocalCluster
-from qwen_fleet.devcluster.rest import Rest
+from qwen_fleet_dev.cluster import LocalCluster
+from qwen_fleet_dev.rest import Rest
 from tests.chaos.conftest import RESYNC_SECONDS
 from tests.chaos.helpers import (
     QWI_PATH,

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from qwen_fleet.devcluster.cluster import LocalCluster, free_port
 from qwen_fleet.reconcile.run import REQUIRED
+from qwen_fleet_dev.cluster import LocalCluster, free_port
 from tests.chaos.helpers import TRACEBACK, CliRun, record, run_operator_cli
 
 pytestmark = pytest.mark.cluster

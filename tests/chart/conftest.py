@@ -1,4 +1,4 @@
-"""Fixtures of the chart tests: one audited control plane for the whole package, the monitoring CRDs, kstatus.
+"""Fixtures of the chart tests: one audited control plane for the whole package, third-party CRDs, kstatus.
 
 The chart's end-to-end tests install the chart and run the operator under the chart's own ServiceAccount, so
 they get their own control plane (started once for tests/chart, ~15 s) instead of the suite's shared one,
@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from qwen_fleet.devcluster import binaries
-from qwen_fleet.devcluster.cluster import LocalCluster
+from qwen_fleet_dev import binaries
+from qwen_fleet_dev.cluster import LocalCluster
 from tests.chart.support import ROOT, AuditedCluster
-
-MONITORING_CRDS = Path(__file__).with_name("monitoring-crds.yaml")
+from tests.support.third_party import crd_name, third_party_crds
 
 
 @pytest.fixture(scope="package")
@@ -27,10 +26,11 @@ def chart_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
     cluster = AuditedCluster(workdir=tmp_path_factory.mktemp("chart-cluster"))
     cluster.start()
     try:
-        # The Prometheus Operator's kinds exist from the start: dry-runs of ServiceMonitor/PrometheusRule need
-        # them, and the operator then watches, applies and prunes both kinds (so the audit covers their rules).
-        cluster.install_crd(MONITORING_CRDS, "servicemonitors.monitoring.coreos.com")
-        cluster.install_crd(MONITORING_CRDS, "prometheusrules.monitoring.coreos.com")
+        # The real CRDs of the third-party kinds exist from the start: dry-runs of ServiceMonitor, PrometheusRule,
+        # Certificate, Issuer and LeaderWorkerSet need them, and the operator then watches, applies and prunes
+        # the monitoring kinds (so the audit covers their rules).
+        for path in third_party_crds():
+            cluster.install_crd(path, crd_name(path))
         yield cluster
     finally:
         cluster.stop()

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from qwen_fleet.devcluster.cluster import LocalCluster
+from qwen_fleet_dev.cluster import LocalCluster
 from tests.chart.support import service_account_kubeconfig
 from tests.support.kube import condition, get, wait_until
 from tests.support.operator_process import OperatorProcess
@@ -27,8 +27,16 @@ def chart_env(cluster: LocalCluster, namespace: str, release: str) -> dict[str, 
     dep = json.loads(cluster.kubectl("get", "deployment", f"{release}-qwen-fleet", "-n", namespace,
                                      "-o", "json").stdout)
     env = dep["spec"]["template"]["spec"]["containers"][0]["env"]
-    # An empty value (QWEN_FLEET_NAMESPACES in cluster-wide mode) comes back from the API without the key.
-    return {e["name"]: e.get("value", "") for e in env if e["name"] not in _LOCAL_ENV}
+    # What the kubelet would fill in from the pod (the downward API): its namespace and its name.
+    pod = {"metadata.namespace": namespace, "metadata.name": f"{release}-qwen-fleet-test-pod"}
+    out = {}
+    for e in env:
+        if e["name"] in _LOCAL_ENV:
+            continue
+        field = ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+        # An empty value (QWEN_FLEET_NAMESPACES in cluster-wide mode) comes back from the API without the key.
+        out[e["name"]] = pod[field] if field else e.get("value", "")
+    return out
 
 
 def start_operator(cluster: LocalCluster, workdir: Path, namespace: str, release: str) -> OperatorProcess:

@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from qwen_fleet.devcluster.binaries import locate
-from qwen_fleet.devcluster.cluster import LocalCluster
+from qwen_fleet_dev.binaries import locate
+from qwen_fleet_dev.cluster import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "qwen-fleet"
@@ -33,6 +33,23 @@ ALL_FEATURES: dict[str, Any] = {
                 "adapterRules": {"enabled": True}},
     "grafanaDashboard": {"enabled": True, "annotations": {"grafana_folder": "LLM"}},
     "prometheusRule": {"enabled": True, "labels": {"release": "prom"}},
+}
+
+# Every values combination the chart tests render, by name: the dry-run on the real apiserver
+# (test_chart_cluster.py) and the offline validator of `make lint` (hack/validate-manifests.py) check each.
+VALUES_CASES: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "all-features": ALL_FEATURES,
+    "namespaced": {**ALL_FEATURES, "watchNamespaces": ["dry-team-a", "dry-team-b"]},
+    "webhook": {**ALL_FEATURES, "webhook": {"enabled": True}},
+    "webhook-cert-manager": {**ALL_FEATURES, "webhook": {"enabled": True, "certManager": {"enabled": True}}},
+    "webhook-cluster-issuer": {"webhook": {"enabled": True, "certManager": {"enabled": True, "issuerRef": {
+        "name": "corp-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}}}},
+    "no-leader-election": {"leaderElection": {"enabled": False}, "replicaCount": 1},
+    "own-service-account": {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "mine"}},
+    "dashboard-elsewhere": {"grafanaDashboard": {"enabled": True, "namespace": "dry-grafana"}},
+    "crds-not-kept": {"crds": {"keep": False}},
+    "no-crds": {"crds": {"install": False}},
 }
 
 

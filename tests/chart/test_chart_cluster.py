@@ -1,8 +1,9 @@
 """The chart's manifests against the real kube-apiserver, and the two measurements behind its RBAC rules.
 
-- `helm template` output (defaults, every optional feature, namespaced mode) passes
-  `kubectl apply --dry-run=server --validate=strict`: schema, admission and strict field validation of the real
-  apiserver, with stand-in Prometheus Operator CRDs that declare the real field names (monitoring-crds.yaml).
+- `helm template` output (every values combination the chart tests render: VALUES_CASES) and `qwen-fleet
+  render` of every example pass `kubectl apply --dry-run=server --validate=strict`: schema, admission and
+  strict field validation of the real apiserver, with the real CRDs of the Prometheus Operator's,
+  cert-manager's and LeaderWorkerSet's kinds (hack/third-party-crds.sh).
 - Server-side apply that creates an object is authorised as `create` as well as `patch`.
 - With OwnerReferencesPermissionEnforcement (as on OpenShift), setting blockOwnerDeletion needs `update` on the
   owner's finalizers subresource.
@@ -11,23 +12,21 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from qwen_fleet.devcluster.cluster import LocalCluster
-from tests.chart.support import ALL_FEATURES, service_account_kubeconfig, template_text
+from qwen_fleet_dev.cluster import LocalCluster
+from tests.chart.support import ALL_FEATURES, ROOT, VALUES_CASES, service_account_kubeconfig, template_text
 from tests.support.kube import wait_until
 
 pytestmark = pytest.mark.cluster
 
-CASES = {
-    "defaults": {},
-    "all-features": ALL_FEATURES,
-    "namespaced": {**ALL_FEATURES, "watchNamespaces": ["dry-team-a", "dry-team-b"]},
-}
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 
 
 def _namespace(cluster: LocalCluster, name: str) -> None:
@@ -35,14 +34,9 @@ def _namespace(cluster: LocalCluster, name: str) -> None:
         cluster.kubectl("create", "namespace", name)
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_rendered_chart_is_accepted_by_the_apiserver(chart_cluster: LocalCluster, case: str) -> None:
-    namespace = f"dry-{case}"
-    for ns in [namespace, *CASES[case].get("watchNamespaces", [])]:
-        _namespace(chart_cluster, ns)
-    text = template_text(CASES[case], namespace=namespace)
-    result = chart_cluster.kubectl("apply", "--dry-run=server", "--validate=strict", "-f", "-", input=text,
-                                   check=False)
+def _server_dry_run(cluster: LocalCluster, text: str) -> None:
+    """Every document accepted by a strict server-side dry-run, without a warning."""
+    result = cluster.kubectl("apply", "--dry-run=server", "--validate=strict", "-f", "-", input=text, check=False)
     assert result.returncode == 0, result.stderr
     accepted = [line for line in result.stdout.splitlines() if line.endswith("(server dry run)")]
     documents = [doc for doc in text.split("\n---\n") if "\nkind: " in doc or doc.startswith("kind: ")]
@@ -50,8 +44,30 @@ def test_rendered_chart_is_accepted_by_the_apiserver(chart_cluster: LocalCluster
     assert not result.stderr.strip(), result.stderr  # no warnings either (e.g. deprecated APIs, PodSecurity)
 
 
+@pytest.mark.parametrize("case", list(VALUES_CASES))
+def test_rendered_chart_is_accepted_by_the_apiserver(chart_cluster: LocalCluster, case: str) -> None:
+    namespace = f"dry-{case}"
+    values = VALUES_CASES[case]
+    extra = [values["grafanaDashboard"]["namespace"]] if "namespace" in values.get("grafanaDashboard", {}) else []
+    for ns in [namespace, *values.get("watchNamespaces", []), *extra]:
+        _namespace(chart_cluster, ns)
+    _server_dry_run(chart_cluster, template_text(values, namespace=namespace))
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_rendered_children_of_every_example_are_accepted_by_the_apiserver(chart_cluster: LocalCluster,
+                                                                          example: Path) -> None:
+    """What `qwen-fleet render` prints (the operator's children, ServiceMonitor and PrometheusRule included)."""
+    namespace = f"dry-render-{example.stem.replace('.', '-')}"
+    _namespace(chart_cluster, namespace)
+    out = subprocess.run([sys.executable, "-m", "qwen_fleet.cli", "render", "-f", str(example), "-n", namespace],
+                         check=True, capture_output=True, text=True)
+    assert "\nkind: " in out.stdout, out.stderr
+    _server_dry_run(chart_cluster, out.stdout)
+
+
 def test_a_misspelled_monitoring_field_is_rejected(chart_cluster: LocalCluster) -> None:
-    """The dry-run above can fail: strict validation against the stand-in CRDs catches a wrong field name."""
+    """The dry-run above can fail: strict validation against the real CRDs catches a wrong field name."""
     _namespace(chart_cluster, "dry-typo")
     text = template_text(ALL_FEATURES, namespace="dry-typo").replace("honorLabels:", "honourLabels:")
     result = chart_cluster.kubectl("apply", "--dry-run=server", "--validate=strict", "-f", "-", input=text,

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from qwen_fleet import versions
+from qwen_fleet.reconcile.kinds import CHILD_KINDS
 from qwen_fleet.reconcile.run import REQUIRED
 from tests.chart.support import (
     ALL_FEATURES,
@@ -55,11 +56,11 @@ def test_helm_lint_strict_passes(values: dict[str, Any]) -> None:
 
 # --- the operator pod ------------------------------------------------------------------------------------------
 
-def test_operator_deployment_is_one_restricted_replica() -> None:
+def test_operator_deployment_is_two_restricted_replicas_with_leader_election() -> None:
     dep = one(template(), "Deployment")
     spec = dep["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     pod = spec["template"]["spec"]
     assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
                                       "seccompProfile": {"type": "RuntimeDefault"}}
@@ -73,10 +74,12 @@ def test_operator_deployment_is_one_restricted_replica() -> None:
     assert ports == {"metrics": 8080, "health": 8081}
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}, probe
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     assert env == {"QWEN_FLEET_DEFAULT_IMAGE": versions.VLLM_IMAGE, "QWEN_FLEET_NAMESPACES": "",
                    "QWEN_FLEET_LOG_LEVEL": "INFO", "QWEN_FLEET_RESYNC_SECONDS": "300", "QWEN_FLEET_WORKERS": "16",
-                   "QWEN_FLEET_METRICS_PORT": "8080", "QWEN_FLEET_LIVENESS_PORT": "8081"}
+                   "QWEN_FLEET_METRICS_PORT": "8080", "QWEN_FLEET_LIVENESS_PORT": "8081",
+                   "QWEN_FLEET_LEASE_NAME": "qf-qwen-fleet-leader", "QWEN_FLEET_LEASE_DURATION_SECONDS": "15",
+                   "QWEN_FLEET_LEASE_RENEW_DEADLINE_SECONDS": "10", "QWEN_FLEET_LEASE_RETRY_SECONDS": "2"}
     assert pod["serviceAccountName"] == one(template(), "ServiceAccount")["metadata"]["name"] == "qf-qwen-fleet"
 
 
@@ -87,7 +90,7 @@ def test_operator_configuration_comes_from_values() -> None:
               "securityContext": {"runAsUser": None, "runAsGroup": None}}
     pod = one(template(values), "Deployment")["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     assert env["QWEN_FLEET_DEFAULT_IMAGE"] == "registry.local/vllm:v0.32.0"
     assert env["QWEN_FLEET_LOG_LEVEL"] == "DEBUG"
     assert (env["QWEN_FLEET_RESYNC_SECONDS"], env["QWEN_FLEET_WORKERS"]) == ("60", "2")
@@ -109,7 +112,7 @@ def test_default_engine_image_is_the_pinned_engine() -> None:
 def test_rbac_has_no_wildcards_no_secrets_no_nodes_and_never_deletes_the_fleet(values: dict[str, Any]) -> None:
     found = rules_of(template(values))
     assert found, "no RBAC rendered"
-    allowed_verbs = {"list", "watch", "create", "patch", "delete", "update"}
+    allowed_verbs = {"list", "watch", "create", "patch", "delete", "update", "get"}
     for kind, ns, rule in found:
         where = f"{kind} in {ns or 'cluster'}: {rule}"
         for key in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
@@ -119,10 +122,16 @@ def test_rbac_has_no_wildcards_no_secrets_no_nodes_and_never_deletes_the_fleet(v
         if "namespaces" in rule["resources"]:
             assert values.get("watchNamespaces") and rule["verbs"] == ["list", "watch"], where
         assert "nonResourceURLs" not in rule, where
+        if rule["resources"] == ["leases"]:  # leader election: its own Lease only (create cannot name it)
+            assert ns and (rule.get("resourceNames") or rule["verbs"] == ["create"]), where
+            continue
+        assert "get" not in rule["verbs"], where
         if "update" in rule["verbs"]:
             assert rule["resources"] == ["qweninferences/finalizers"], where
         if "delete" in rule["verbs"]:
-            assert not {"deployments", "services", "qweninferences", "pods"} & set(rule["resources"]), where
+            # Deployments: deleted only once a Ready LeaderWorkerSet replaces one (reconcile/changes.py, its table
+            # tests); the front door and the resource itself never.
+            assert not {"services", "qweninferences", "pods"} & set(rule["resources"]), where
         if rule["apiGroups"] == ["qwenfleet.io"] and "qweninferences" in rule["resources"]:
             assert set(rule["verbs"]) == {"list", "watch"}, "the operator never creates or edits a QwenInference"
 
@@ -135,21 +144,23 @@ def test_rbac_grants_what_the_operator_checks_at_startup() -> None:
         assert missing == [], values
 
 
-def test_rbac_grants_create_with_patch_for_every_applied_kind() -> None:
-    """Server-side apply that creates an object is authorised as create too (tests/chart/test_chart_cluster.py)."""
-    rules = [r for _, _, r in rules_of(template())]
-    applied = [("apps", "deployments"), ("", "services"), ("", "configmaps"), ("", "persistentvolumeclaims"),
-               ("autoscaling", "horizontalpodautoscalers"), ("policy", "poddisruptionbudgets"),
-               ("monitoring.coreos.com", "servicemonitors"), ("monitoring.coreos.com", "prometheusrules")]
-    for group, resource in applied:
-        for verb in ("create", "patch", "list", "watch"):
-            assert grants(rules, verb, group, resource), f"{verb} {resource}"
+def test_rbac_grants_every_child_kind_what_the_operator_does_to_it() -> None:
+    """Every kind in the operator's registry (reconcile/kinds.py), optional ones included: list, watch, patch
+    and create (server-side apply that creates an object is authorised as create too; see
+    tests/chart/test_chart_cluster.py), and delete exactly for the kinds it prunes."""
+    for values in ({}, NAMESPACED):
+        rules = [r for _, _, r in rules_of(template(values))]
+        for child in CHILD_KINDS:
+            for verb in ("create", "patch", "list", "watch"):
+                assert grants(rules, verb, child.group, child.plural), f"{verb} {child.plural} {values}"
+            deletes = child.prunable or child.workload
+            assert grants(rules, "delete", child.group, child.plural) == deletes, child.plural
 
 
 def test_namespaced_mode_uses_roles_per_namespace() -> None:
     docs = template({"watchNamespaces": ["team-a", "team-b"]})
-    roles = by_kind(docs, "Role")
-    bindings = by_kind(docs, "RoleBinding")
+    roles = [r for r in by_kind(docs, "Role") if not r["metadata"]["name"].endswith("-leader-election")]
+    bindings = [b for b in by_kind(docs, "RoleBinding") if not b["metadata"]["name"].endswith("-leader-election")]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     for binding in bindings:
@@ -164,8 +175,31 @@ def test_namespaced_mode_uses_roles_per_namespace() -> None:
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}]
     (crb,) = by_kind(docs, "ClusterRoleBinding")
     assert crb["roleRef"]["name"] == cluster_role["metadata"]["name"]
-    env = {e["name"]: e["value"] for e in one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {e["name"]: e["value"] for e in one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+           if "value" in e}
     assert env["QWEN_FLEET_NAMESPACES"] == "team-a,team-b"
+
+
+def test_leader_election_adds_one_lease_role_in_the_release_namespace_and_nothing_else() -> None:
+    docs = template()
+    env = {e["name"]: e for e in one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]}
+    lease = env["QWEN_FLEET_LEASE_NAME"]["value"]
+    assert env["QWEN_FLEET_LEASE_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["QWEN_FLEET_IDENTITY"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    role = one(docs, "Role", "-leader-election")
+    assert role["metadata"]["namespace"] == "qwen-fleet-system"
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [lease],
+         "verbs": ["get", "update"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]}]
+    binding = one(docs, "RoleBinding", "-leader-election")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    # Without leader election: no Lease rules anywhere, one replica, Recreate; two replicas are refused.
+    off = template({"leaderElection": {"enabled": False}, "replicaCount": 1})
+    assert not [r for _, _, r in rules_of(off) if "leases" in r["resources"]]
+    assert one(off, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
+    failed = helm("template", "qf", CHART, "--set", "leaderElection.enabled=false", check=False)
+    assert failed.returncode != 0 and "needs leaderElection.enabled" in failed.stderr
 
 
 def test_rbac_create_false_renders_no_rbac() -> None:
@@ -284,7 +318,7 @@ def test_adapter_rules_switch_exists_and_is_off() -> None:
 def test_defaults_render_only_the_operator_and_its_crd() -> None:
     kinds = sorted(d["kind"] for d in template())
     assert kinds == ["ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Deployment",
-                     "ServiceAccount"]
+                     "Role", "RoleBinding", "ServiceAccount"]  # the Role: leader election's Lease
 
 
 def test_metrics_service_and_service_monitor_select_the_operator() -> None:
@@ -344,11 +378,13 @@ def test_grafana_dashboard_configmap_covers_the_fleet() -> None:
 
 def test_prometheus_rule_has_the_alerts_and_the_thresholds_from_values() -> None:
     values = {"prometheusRule": {"enabled": True, "queueDepthPerReplica": 7, "kvCacheUsage": 0.9,
-                                 "podRestarts": 5, "severity": "critical"}}
+                                 "podRestarts": 5, "silentGaugesMinConcurrency": 2, "severity": "critical"}}
     rule = one(template(values), "PrometheusRule")
     alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
     assert set(alerts) == {"QwenFleetQueueBackingUp", "QwenFleetKVCacheSaturated", "QwenFleetAtMaxReplicas",
-                           "QwenFleetPodRestarting", "QwenInferenceStalled", "QwenInferenceNotReady"}
+                           "QwenFleetQueueGaugesSilent", "QwenFleetPodRestarting", "QwenInferenceStalled",
+                           "QwenInferenceNotReady"}
+    assert alerts["QwenFleetQueueGaugesSilent"]["expr"].rstrip().endswith("> 2\n)")
     assert alerts["QwenFleetQueueBackingUp"]["expr"].rstrip().endswith("> 7")
     assert alerts["QwenFleetKVCacheSaturated"]["expr"].rstrip().endswith("> 0.9")
     assert ">= 5" in alerts["QwenFleetPodRestarting"]["expr"]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from qwen_fleet.plan.capacity_vllm import GIB, cpu_kv_cache_tokens, kv_pool
+from qwen_fleet.plan.capacity_vllm import GIB, cpu_kv_cache_tokens, cpu_mamba_ssm_cache_dtype, kv_pool
 from tests.support.tiny_qwen import TinyQwen, make_tiny_model
 from tests.support.vllm_server import VllmServer
 
@@ -45,11 +45,12 @@ class EngineCase:
             args += ["--kv-cache-dtype", self.kv_cache_dtype]
         return args + list(self.extra_args)
 
-    def planned_tokens(self) -> int:
+    def planned_tokens(self, avx512_bf16: bool) -> int:
         return cpu_kv_cache_tokens(
             self.model.facts(),
             self.kv_space_gib * GIB,
             self.max_model_len,
+            avx512_bf16=avx512_bf16,
             block_size=self.block_size,
             kv_cache_dtype=self.kv_cache_dtype,
         )
@@ -79,8 +80,11 @@ CASES = [
         kv_cache_dtype="fp8",
     ),
     # Hybrid (Qwen3-Next layout: 3 Gated DeltaNet layers, 1 full-attention layer). vLLM grows the block
-    # to 384 tokens so one attention page holds a 68,608-byte recurrent state, and with prefix caching
-    # (the default) keeps 2 state blocks per linear group: 1,242,680 tokens. Served, not only sized.
+    # until one attention page holds a recurrent state, and with prefix caching (the default) keeps 2 state
+    # blocks per linear group. The state's size depends on the CPU: where torch sees AVX-512 BF16, vLLM's
+    # CPU platform keeps it in float32 (134,144 B: block 640, 838,784 tokens), elsewhere in bf16 (68,608 B:
+    # block 384, 1,242,680 tokens). The fixture engine_avx512_bf16 asks the engine's torch which applies,
+    # and the log line that announces the reset is checked both ways. Served, not only sized.
     EngineCase(
         id="hybrid-qwen3-next-1GiB",
         model=TinyQwen(kind="qwen3_next", layers=4),
@@ -92,7 +96,9 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_engine_kv_cache_matches_planner(case: EngineCase, tmp_path: Path, vllm_python: str) -> None:
+def test_engine_kv_cache_matches_planner(
+    case: EngineCase, tmp_path: Path, vllm_python: str, engine_avx512_bf16: bool
+) -> None:
     model_dir = make_tiny_model(tmp_path / "model", case.model, python=vllm_python)
     server = VllmServer(
         case.argv(),
@@ -117,8 +123,11 @@ def test_engine_kv_cache_matches_planner(case: EngineCase, tmp_path: Path, vllm_
     if case.ready == "health":
         assert len(pids) >= 3, pids  # API server, engine core, worker
 
-    assert logged == case.planned_tokens(), server.tail()
-    pool = kv_pool(case.model.facts(), device="cpu", block_size=case.block_size, kv_cache_dtype=case.kv_cache_dtype)
+    assert logged == case.planned_tokens(engine_avx512_bf16), server.tail()
+    ssm_dtype = cpu_mamba_ssm_cache_dtype(avx512_bf16=engine_avx512_bf16)
+    pool = kv_pool(case.model.facts(), device="cpu", block_size=case.block_size, kv_cache_dtype=case.kv_cache_dtype,
+                   mamba_ssm_cache_dtype=ssm_dtype)
     assert concurrency == pytest.approx(pool.max_concurrency(case.kv_space_gib * GIB, case.max_model_len), abs=0.005)
     if pool.state_groups:
         assert f"Setting attention block size to {pool.block_size} tokens" in server.log()
+        assert ("Reset SSM cache type to float32" in server.log()) == engine_avx512_bf16

@@ -35,6 +35,29 @@ def parse_with_vllm(python: str, argvs: list[list[str]]) -> list[dict[str, Any]]
     return list(json.loads(out.stdout))
 
 
+# The test's own copy of the family defaults docs/qwen-layer.md documents: (task, reasoning parser, tool parser).
+FAMILY_DEFAULTS: dict[str, tuple[str, str, str | None]] = {
+    "Qwen/Qwen3-4B-Instruct-2507": ("generate", "", "hermes"),
+    "Qwen/Qwen2.5-7B-Instruct": ("generate", "", "hermes"),
+    "Qwen/Qwen2.5-7B-Instruct-AWQ": ("generate", "", "hermes"),
+    "Qwen/Qwen3.6-27B": ("generate", "qwen3", "qwen3_coder"),
+    "Qwen/Qwen3.5-397B-A17B": ("generate", "qwen3", "qwen3_coder"),
+    "Qwen/Qwen3-30B-A3B-Instruct-2507": ("generate", "", "hermes"),
+    "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": ("generate", "", "hermes"),
+    "Qwen/Qwen3-8B": ("generate", "qwen3", "hermes"),
+    "Qwen/Qwen3-4B-Thinking-2507": ("generate", "qwen3", "hermes"),
+    "Qwen/Qwen3-Coder-30B-A3B-Instruct": ("generate", "", "qwen3_coder"),
+    "Qwen/Qwen3-Reranker-0.6B": ("score", "", None),
+    "Qwen/Qwen3-Embedding-0.6B": ("embed", "", None),
+    "Qwen/Qwen3-Reranker-0.6B-custom": ("generate", "", None),  # not in the catalog
+    "some-org/custom-model": ("generate", "", None),
+}
+# Of FAMILY_DEFAULTS, the ones whose checkpoint has an MTP layer.
+MTP_MODELS = {"Qwen/Qwen3.6-27B", "Qwen/Qwen3.5-397B-A17B"}
+RERANKER_OVERRIDES = {"architectures": ["Qwen3ForSequenceClassification"], "classifier_from_token": ["no", "yes"],
+                      "is_original_qwen3_reranker": True}
+
+
 def _cr(spec: dict[str, Any], name: str = "gen") -> QwenInference:
     return QwenInference.model_validate({"metadata": {"name": name, "namespace": "ns"}, "spec": spec})
 
@@ -58,13 +81,62 @@ def expected(cr: QwenInference) -> dict[str, Any]:
     want.update({k: v for k, v in optional.items() if v is not None})
     if e.kv_offload_gi_b:
         want.update(kv_offloading_size=e.kv_offload_gi_b, kv_offloading_backend="native")
-    return want
+    return want | expected_serving(cr)
+
+
+def expected_serving(cr: QwenInference) -> dict[str, Any]:
+    s = cr.spec.serving
+    family_task, family_reasoning, family_tool = FAMILY_DEFAULTS[cr.spec.model.name]
+    task = s.task or family_task
+    reasoning, tool = "", None
+    if task == "generate":
+        reasoning = family_reasoning if s.reasoning_parser is None else s.reasoning_parser.replace("none", "")
+        tool = family_tool if s.tool_call_parser is None else (None if s.tool_call_parser == "none"
+                                                               else s.tool_call_parser)
+    mtp = task == "generate" and s.speculative is not None and cr.spec.model.name in MTP_MODELS | {
+        "some-org/custom-model", "Qwen/Qwen3-Reranker-0.6B-custom"}
+    adapters = s.adapters if task == "generate" else []  # else Stalled, not rendered
+    lora = {"enable_lora": True if adapters else None, "max_loras": len(adapters) or 1,
+            "max_lora_rank": (s.max_lora_rank or 16) if adapters else 16,
+            "lora_modules": [{"name": a.name, "path": a.repo or "/models/" + (a.path or "").strip("/")}
+                             for a in adapters] or None}
+    speculative = {"method": "mtp", "num_speculative_tokens": s.speculative.num_speculative_tokens} \
+        if mtp and s.speculative else None
+    return lora | {"speculative_config": speculative,
+            "reasoning_parser": reasoning, "tool_call_parser": tool, "enable_auto_tool_choice": tool is not None,
+            "default_chat_template_kwargs": None if s.thinking is None or task != "generate"
+            else {"enable_thinking": s.thinking},
+            "runner": "pooling" if task in ("embed", "score") else "auto",
+            "convert": "embed" if task == "embed" else "auto"}
+
+
+def _check_overrides(cr: QwenInference, parsed: dict[str, Any]) -> None:
+    """hf_overrides carry the reranker conversion and/or a YaRN form vLLM 0.32 honours."""
+    overrides = dict(parsed["hf_overrides"])
+    task = cr.spec.serving.task or FAMILY_DEFAULTS[cr.spec.model.name][0]
+    if cr.spec.model.name == "Qwen/Qwen3-Reranker-0.6B" and task == "score":
+        assert {k: overrides.pop(k) for k in RERANKER_OVERRIDES} == RERANKER_OVERRIDES
+    rope = overrides.pop("rope_parameters", None)
+    longest = overrides.pop("max_position_embeddings", None)
+    assert overrides == {}, overrides
+    asked, length = cr.spec.engine.rope_scaling, cr.spec.engine.max_model_len
+    if rope is None:
+        assert longest is None
+        return
+    assert rope["rope_type"] == "yarn" and rope["rope_theta"] > 0
+    # vLLM 0.32 takes a YaRN model's max_position_embeddings as already scaled: it must be raised with the factor.
+    assert longest == int(rope["factor"] * rope["original_max_position_embeddings"]), (rope, longest)
+    if asked and asked.factor:
+        assert rope["factor"] == asked.factor
+    if length:
+        assert length <= longest
 
 
 def _check(cr: QwenInference, parsed: dict[str, Any]) -> None:
     assert "error" not in parsed, (parsed, engine_args(cr, make_plan(cr, OperatorConfig())))
     for field, value in expected(cr).items():
         assert parsed[field] == value, (field, parsed[field], value)
+    _check_overrides(cr, parsed)
 
 
 def test_examples_parse_in_the_real_vllm_parser(vllm_python: str) -> None:
@@ -87,7 +159,7 @@ def test_a_wrong_flag_is_caught_by_the_real_parser(vllm_python: str) -> None:
 def engine_specs(draw: st.DrawFn) -> dict[str, Any]:
     maybe = lambda s: draw(st.one_of(st.none(), s))  # noqa: E731
     engine: dict[str, Any] = {
-        "maxModelLen": maybe(st.integers(16, 262144)),
+        "maxModelLen": maybe(st.one_of(st.integers(16, 262144), st.sampled_from([65536, 131072, 1_000_000]))),
         "maxNumSeqs": maybe(st.integers(1, 2048)),
         "blockSize": maybe(st.sampled_from([8, 16, 32, 64, 128, 256])),
         "gpuMemoryUtilization": maybe(st.floats(0.05, 1.0).map(lambda x: round(x, 3))),
@@ -100,15 +172,17 @@ def engine_specs(draw: st.DrawFn) -> dict[str, Any]:
         "kvOffloadGiB": maybe(st.sampled_from([0.5, 1, 8, 16.5, 64])),
         "cpuOffloadGiB": maybe(st.sampled_from([0, 1, 4, 10.5])),
         "schedulingPolicy": maybe(st.sampled_from(["fcfs", "priority"])),
+        "ropeScaling": maybe(st.fixed_dictionaries({}, optional={
+            "factor": st.sampled_from([1.5, 2, 3, 4]), "originalMaxPositionEmbeddings": st.sampled_from([4096, 32768]),
+            "ropeTheta": st.sampled_from([10000.0, 1000000.0])})),
         "shutdownTimeoutSeconds": draw(st.integers(0, 3600)),
     }
     floor = max(engine["maxNumSeqs"] or 1, engine["maxModelLen"] or 1 if engine["enableChunkedPrefill"] is False
                 else 1)
     engine["maxNumBatchedTokens"] = maybe(st.integers(floor, 1_048_576))
     spec: dict[str, Any] = {
-        "model": {"name": draw(st.sampled_from(["Qwen/Qwen3-4B-Instruct-2507", "Qwen/Qwen2.5-7B-Instruct",
-                                                "Qwen/Qwen3.6-27B", "some-org/custom-model"])),
-                  "trustRemoteCode": draw(st.booleans())},
+        "model": {"name": draw(st.sampled_from(sorted(FAMILY_DEFAULTS))), "trustRemoteCode": draw(st.booleans())},
+        "serving": draw(serving_specs()),
         "engine": {k: v for k, v in engine.items() if v is not None},
         "parallelism": {"tensor": draw(st.sampled_from([1, 2, 4, 8])), "pipeline": draw(st.sampled_from([1, 2]))},
         "service": {"port": draw(st.integers(1024, 65535))},
@@ -116,6 +190,27 @@ def engine_specs(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         spec["model"]["revision"] = draw(st.sampled_from(["main", "v1.0", "a" * 40]))
     return spec
+
+
+@st.composite
+def serving_specs(draw: st.DrawFn) -> dict[str, Any]:
+    maybe = lambda s: draw(st.one_of(st.none(), s))  # noqa: E731
+    task = maybe(st.sampled_from(["generate", "embed", "score"]))
+    serving: dict[str, Any] = {"task": task}
+    if task in (None, "generate"):  # parsers and thinking are for chat generation (a CEL rule)
+        serving |= {"reasoningParser": maybe(st.sampled_from(["qwen3", "deepseek_r1", "none"])),
+                    "toolCallParser": maybe(st.sampled_from(["hermes", "qwen3_json", "qwen3_coder", "qwen3_xml",
+                                                             "none"])),
+                    "thinking": maybe(st.booleans()),
+                    "speculative": maybe(st.fixed_dictionaries({}, optional={
+                        "numSpeculativeTokens": st.integers(1, 8)})),
+                    "adapters": maybe(st.lists(st.sampled_from([
+                        {"name": "sql", "repo": "some-org/sql-lora"}, {"name": "chat-de", "path": "adapters/de"},
+                        {"name": "x", "path": "a/b/"}]), min_size=1, max_size=3, unique_by=lambda a: a["name"])),
+                    "maxLoraRank": maybe(st.sampled_from([8, 16, 64, 512]))}
+        if serving["thinking"] and serving["reasoningParser"] == "none":
+            serving["thinking"] = None
+    return {k: v for k, v in serving.items() if v is not None}
 
 
 class Parser:
@@ -155,10 +250,22 @@ CHECKED: list[str] = []
 @given(engine_specs())
 def test_generated_specs_parse_with_the_spec_values(parser: Parser, spec: dict[str, Any]) -> None:
     cr = _cr(spec, f"gen-{len(CHECKED)}")
-    _check(cr, parser(engine_args(cr, make_plan(cr, OperatorConfig()))))
+    argv = engine_args(cr, make_plan(cr, OperatorConfig()))
+    _check(cr, parser(argv))
     CHECKED.append(cr.name)
+    QWEN_FLAGS_SEEN.extend(a for a in argv if a in QWEN_FLAGS)
+    QWEN_FLAGS_SEEN.extend("yarn" for a in argv if '"rope_type":"yarn"' in a)
+
+
+QWEN_FLAGS = ("--reasoning-parser", "--tool-call-parser", "--default-chat-template-kwargs", "--convert", "--runner",
+              "--speculative-config", "--lora-modules")
+QWEN_FLAGS_SEEN: list[str] = []
 
 
 def test_the_generated_corpus_was_large_enough() -> None:
-    """Runs after the property test in this module: at least 200 distinct generated specs were parsed."""
+    """Runs after the property test in this module: at least 200 distinct generated specs were parsed, and the
+    Qwen layer's flags (parsers, thinking, pooling runner, YaRN overrides) were among them many times each."""
     assert len(CHECKED) >= 200, len(CHECKED)
+    counts = {flag: QWEN_FLAGS_SEEN.count(flag) for flag in (*QWEN_FLAGS, "yarn")}
+    assert min(counts.values()) >= 10, counts
+    print(counts)

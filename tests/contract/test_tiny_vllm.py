@@ -118,9 +118,9 @@ def test_queue_depth_is_observable(tiny_vllm: VllmServer) -> None:
     assert 0 < peak["kv"] < 1
 
 
-def test_kv_cache_size_matches_planner(tiny_vllm: VllmServer, tiny_qwen: TinyQwen) -> None:
+def test_kv_cache_size_matches_planner(tiny_vllm: VllmServer, tiny_qwen: TinyQwen, engine_avx512_bf16: bool) -> None:
     """FACTS.md's figure: 2 layers x 1 KV head x 64 x bf16 = 512 B/token, so 1 GiB holds 2,097,152."""
-    planned = cpu_kv_cache_tokens(tiny_qwen.facts(), TINY_KV_SPACE_GIB * GIB, 1024)
+    planned = cpu_kv_cache_tokens(tiny_qwen.facts(), TINY_KV_SPACE_GIB * GIB, 1024, avx512_bf16=engine_avx512_bf16)
     assert planned == 2_097_152
     assert tiny_vllm.kv_cache_tokens() == planned
     pool = kv_pool(tiny_qwen.facts(), device="cpu")

@@ -14,8 +14,21 @@ FIELDS = (
     "max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size", "gpu_memory_utilization", "dtype",
     "quantization", "kv_cache_dtype", "enforce_eager", "enable_prefix_caching", "enable_chunked_prefill",
     "kv_offloading_size", "kv_offloading_backend", "cpu_offload_gb", "scheduling_policy", "trust_remote_code",
-    "shutdown_timeout", "runner", "hf_overrides",
+    "shutdown_timeout", "runner", "hf_overrides", "convert", "reasoning_parser", "tool_call_parser",
+    "enable_auto_tool_choice", "default_chat_template_kwargs", "speculative_config", "enable_lora", "max_loras",
+    "max_lora_rank", "lora_modules",
 )
+
+
+def check_parser_names(args):
+    """The server resolves parser names only at start; resolve them here, from vLLM's own registries."""
+    from vllm.reasoning import ReasoningParserManager
+    from vllm.tool_parsers import ToolParserManager
+
+    if args.reasoning_parser:
+        ReasoningParserManager.get_reasoning_parser(args.reasoning_parser)
+    if args.tool_call_parser:
+        ToolParserManager.get_tool_parser(args.tool_call_parser)
 
 
 def parse(parser, argv):
@@ -28,6 +41,7 @@ def parse(parser, argv):
             args = parser.parse_args(argv)
             validate_parsed_serve_args(args)
             AsyncEngineArgs.from_cli_args(args)  # the step the server takes next; types must fit
+            check_parser_names(args)
     except SystemExit:
         return {"error": err.getvalue().strip().splitlines()[-1] if err.getvalue() else "exit"}
     except Exception as exc:  # reported back to the test
@@ -35,6 +49,8 @@ def parse(parser, argv):
     out = {}
     for name in FIELDS:
         value = getattr(args, name, None)
+        if name == "lora_modules" and value:  # LoRAModulePath dataclasses
+            value = [{"name": m.name, "path": m.path} for m in value]
         out[name] = value if isinstance(value, (str, int, float, bool, list, dict, type(None))) else str(value)
     return out
 

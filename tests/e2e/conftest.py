@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from bench.autoscaling import SERVER_ARGS, EarlyVllmServer
 
-from qwen_fleet.devcluster import metrics_stack as ms
-from qwen_fleet.devcluster.binaries import repo_root
-from qwen_fleet.devcluster.cluster import LocalCluster
+from qwen_fleet_dev import metrics_stack as ms
+from qwen_fleet_dev.binaries import repo_root
+from qwen_fleet_dev.cluster import LocalCluster
 from tests.support.tiny_qwen import TinyQwen, make_tiny_model
 
 

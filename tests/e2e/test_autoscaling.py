@@ -10,7 +10,7 @@ have no server behind them: they export nothing, exactly like vLLM pods still lo
 counts them as missing (0 on the way up, at-target on the way down).
 
 GPU utilisation: there is no GPU here. ``DCGM_FI_DEV_GPU_UTIL`` comes from a small test exporter
-(prometheus-client, :class:`qwen_fleet.devcluster.metrics_stack.FakeDcgmExporter`) with dcgm-exporter's
+(prometheus-client, :class:`qwen_fleet_dev.metrics_stack.FakeDcgmExporter`) with dcgm-exporter's
 label schema (gpu, UUID, device, modelName, Hostname, DCGM_FI_DRIVER_VERSION, container, namespace, pod),
 scraped with honor_labels so the pod labels are the workload's. Its values are set by the test.
 
@@ -27,9 +27,9 @@ import pytest
 import yaml
 from bench.autoscaling import FLEET, MAX_REPLICAS, MIN_REPLICAS, EarlyVllmServer, Sample, Scenario
 
-from qwen_fleet.devcluster.cluster import LocalCluster
-from qwen_fleet.devcluster.metrics_stack import DCGM_LABELS, FakeDcgmExporter, MetricsStack
 from qwen_fleet.render.metric_names import GPU_UTIL_METRIC, KV_CACHE_METRIC, QUEUE_METRIC
+from qwen_fleet_dev.cluster import LocalCluster
+from qwen_fleet_dev.metrics_stack import DCGM_LABELS, FakeDcgmExporter, MetricsStack
 from tests.support.kube import condition, get
 from tests.support.operator_process import OperatorProcess, audit_writes
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from qwen_fleet import versions
-from qwen_fleet.devcluster.cluster import LocalCluster
-from qwen_fleet.devcluster.processes import alive
+from qwen_fleet_dev.cluster import LocalCluster
+from qwen_fleet_dev.processes import alive
 
 pytestmark = pytest.mark.cluster
 
@@ -120,7 +120,7 @@ def test_two_clusters_on_one_machine_do_not_collide(cluster: LocalCluster, tmp_p
 FAILING_SESSION = """
 import json, os
 from pathlib import Path
-from qwen_fleet.devcluster.cluster import LocalCluster
+from qwen_fleet_dev.cluster import LocalCluster
 
 def test_fails_with_a_running_cluster(tmp_path):
     with LocalCluster(workdir=tmp_path / "c", node_pools=()) as c:
@@ -131,7 +131,7 @@ def test_fails_with_a_running_cluster(tmp_path):
 KILLED_SESSION = """
 import json, os, signal, sys
 from pathlib import Path
-from qwen_fleet.devcluster.cluster import LocalCluster
+from qwen_fleet_dev.cluster import LocalCluster
 
 c = LocalCluster(node_pools=()).start()
 Path(os.environ["PIDS_FILE"]).write_text(json.dumps(c.pids()))

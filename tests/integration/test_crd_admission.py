@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from qwen_fleet.devcluster.cluster import LocalCluster
+from qwen_fleet_dev.cluster import LocalCluster
 from tests.invalid_specs import CASES, Case, merged
 
 pytestmark = pytest.mark.cluster
@@ -43,7 +43,7 @@ def test_defaults_are_applied_by_the_apiserver(cluster: LocalCluster, crd: Path)
     out = cluster.kubectl("create", "--dry-run=server", "-o", "json", "-n", "default", "-f", "-",
                           input=_doc({"model": {"name": "Qwen/Qwen3-4B-Instruct-2507"}}, "defaults")).stdout
     spec = json.loads(out)["spec"]
-    assert spec["parallelism"] == {"tensor": 1, "pipeline": 1, "nodes": 1}
+    assert spec["parallelism"] == {"tensor": 1, "pipeline": 1, "data": 1, "expert": False, "nodes": 1}
     assert spec["gpu"]["resourceName"] == "nvidia.com/gpu"
     assert spec["model"]["source"] == {"huggingFace": {}}
     assert spec["autoscaling"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 600
@@ -71,3 +71,19 @@ def test_short_name_category_and_columns(cluster: LocalCluster, crd: Path, names
     assert "Qwen/Qwen3-4B-Instruct-2507" in out
     by_category = cluster.kubectl("get", "qwenfleet", "-n", namespace, "-o", "name").stdout
     assert "qweninference.qwenfleet.io/qwen3-4b" in by_category
+
+
+def test_the_longest_extra_args_fit_the_apiservers_cel_budget(cluster: LocalCluster, crd: Path) -> None:
+    """64 items (the limit), value flags with 1000-character values: the extraArgs rules stay within the
+    apiserver's per-call CEL cost limit at runtime, so a valid spec is never refused for its length."""
+    from qwen_fleet.api.engine import OWNED_OPTIONS
+    from qwen_fleet.api.engine_flags import vllm_flags
+
+    takes_one = [o for f in vllm_flags().flags if f.nargs == "1" for o in f.options
+                 if o.startswith("--") and o not in OWNED_OPTIONS]
+    args = [token for flag in takes_one[:32] for token in (flag, "v" * 1000)]
+    spec = {"model": {"name": "Qwen/Qwen3-4B-Instruct-2507"}, "engine": {"extraArgs": args}}
+    result = cluster.kubectl("create", "--dry-run=server", "-n", "default", "-f", "-", input=_doc(spec, "long"),
+                             check=False)
+    assert len(args) == 64
+    assert result.returncode == 0, result.stderr[:2000]

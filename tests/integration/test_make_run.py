@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from qwen_fleet.devcluster.processes import alive
+from qwen_fleet_dev.processes import alive
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from qwen_fleet.devcluster.cluster import LocalCluster
+from qwen_fleet_dev.cluster import LocalCluster
 
 T = TypeVar("T")
 

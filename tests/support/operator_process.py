@@ -12,8 +12,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from qwen_fleet.devcluster.cluster import OPERATOR_USER, LocalCluster, free_port
-from qwen_fleet.devcluster.processes import _die_with_parent, wait_for
+from qwen_fleet_dev.cluster import OPERATOR_USER, LocalCluster, free_port
+from qwen_fleet_dev.processes import _die_with_parent, wait_for
 
 
 class OperatorProcess:

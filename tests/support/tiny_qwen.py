@@ -12,8 +12,13 @@ Two halves, because the two Python environments differ:
   subprocess, and ``TinyQwen.facts()`` gives the catalog's ``ModelFacts`` for the same geometry, so the
   capacity planner can be checked against what the engine reports.
 
-Two flavours:
+Flavours:
 
+* ``qwen3``: ``Qwen3ForCausalLM`` (no q/k/v biases, per-head q/k RMSNorm), with Qwen's added tokens
+  ``<think>``, ``</think>``, ``<tool_call>``, ``</tool_call>`` (what vLLM's qwen3 reasoning parser and the
+  tool parsers look up) and the plain tokens ``no`` / ``yes`` (what the Qwen3-Reranker conversion scores), and a
+  chat template that honours ``enable_thinking`` as Qwen3's does. Served as a chat model, an embedding model
+  (``--convert embed``) and a reranker (``Qwen3ForSequenceClassification`` over "no"/"yes").
 * ``qwen2``: ``Qwen2ForCausalLM`` exactly as FACTS.md records (vocab 512, hidden 128, 2 layers, 2 heads,
   1 KV head, head_dim 64, q/k/v biases, tied embeddings, bfloat16); every number can be overridden.
 * hybrids, Gated DeltaNet ``linear_attention`` layers interleaved with ``full_attention`` layers
@@ -43,11 +48,15 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # kind -> (architecture in config.json, model_type)
 ARCHITECTURES = {
     "qwen2": ("Qwen2ForCausalLM", "qwen2"),
+    "qwen3": ("Qwen3ForCausalLM", "qwen3"),
     "qwen3_next": ("Qwen3NextForCausalLM", "qwen3_next"),
     "qwen3_5": ("Qwen3_5ForCausalLM", "qwen3_5_text"),
 }
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+# qwen3 flavour only, added after SPECIAL_TOKENS (so the ids above do not move). Qwen's tokenizer has the
+# first four as added, non-special tokens; "no" and "yes" are single tokens of Qwen's vocabulary.
+QWEN3_ADDED_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "no", "yes")
 # The Qwen ChatML template, reduced to what a test needs (no tools, no system-prompt default).
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -55,13 +64,19 @@ CHATML_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
+# Qwen3's switch, reduced: with enable_thinking false the template writes an empty think block into the prompt.
+QWEN3_TEMPLATE = CHATML_TEMPLATE.replace(
+    "{{ '<|im_start|>assistant\n' }}",
+    "{{ '<|im_start|>assistant\n' }}{% if enable_thinking is defined and enable_thinking is false %}"
+    "{{ '<think>\n\n</think>\n\n' }}{% endif %}",
+)
 
 
 @dataclass(frozen=True)
 class TinyQwen:
     """Geometry of a tiny model. Defaults are FACTS.md's tiny Qwen2."""
 
-    kind: str = "qwen2"  # "qwen2", "qwen3_next" or "qwen3_5"
+    kind: str = "qwen2"  # "qwen2", "qwen3", "qwen3_next" or "qwen3_5"
     layers: int = 2
     hidden: int = 128
     intermediate: int = 256
@@ -95,11 +110,11 @@ class TinyQwen:
 
     @property
     def is_hybrid(self) -> bool:
-        return self.kind != "qwen2"
+        return self.kind not in ("qwen2", "qwen3")
 
     @property
     def layer_types(self) -> list[str]:
-        if self.kind == "qwen2":
+        if not self.is_hybrid:
             return ["full_attention"] * self.layers
         return [
             "full_attention" if (i + 1) % self.full_attention_interval == 0 else "linear_attention"
@@ -112,6 +127,8 @@ class TinyQwen:
         attn = h * self.heads * hd + 2 * h * self.kv_heads * hd + self.heads * hd * h
         if self.kind == "qwen2":
             attn += self.heads * hd + 2 * self.kv_heads * hd  # q/k/v biases
+        elif self.kind == "qwen3":
+            attn += 2 * hd  # q/k RMSNorm, no biases
         else:
             attn += self.heads * hd * h + 2 * hd  # q_proj doubled (output gate), q/k RMSNorm
         mlp = 3 * h * self.intermediate
@@ -158,7 +175,7 @@ class TinyQwen:
             )
         return ModelFacts(
             name=name,
-            family={"qwen2": "qwen2.5", "qwen3_next": "qwen3-next", "qwen3_5": "qwen3.5"}[self.kind],
+            family={"qwen2": "qwen2.5", "qwen3": "qwen3", "qwen3_next": "qwen3-next", "qwen3_5": "qwen3.5"}[self.kind],
             params_billion=self.params() / 1e9,
             num_layers=self.layers,
             full_attention_layers=self.layer_types.count("full_attention"),
@@ -212,6 +229,11 @@ def make_tiny_qwen2(directory: Path, python: str | None = None, **overrides: Any
     return make_tiny_model(directory, TinyQwen(kind="qwen2", **overrides), python)
 
 
+def make_tiny_qwen3(directory: Path, python: str | None = None, **overrides: Any) -> Path:
+    """A tiny Qwen3ForCausalLM with Qwen's think / tool-call tokens and "no" / "yes" (any geometry overridable)."""
+    return make_tiny_model(directory, TinyQwen(kind="qwen3", **overrides), python)
+
+
 def make_tiny_hybrid(
     directory: Path, python: str | None = None, kind: str = "qwen3_next", **overrides: Any
 ) -> Path:
@@ -226,15 +248,18 @@ def make_tiny_hybrid(
 def write_model(directory: Path, spec: TinyQwen) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     eos_id = int(len(pre_tokenizers_alphabet()) + SPECIAL_TOKENS.index("<|im_end|>"))
-    config = qwen2_config(spec, eos_id) if spec.kind == "qwen2" else hybrid_config(spec, eos_id)
-    if spec.kind == "qwen2":
+    config = {"qwen2": qwen2_config, "qwen3": qwen3_config}.get(spec.kind, hybrid_config)(spec, eos_id)
+    if not spec.is_hybrid:
         from safetensors.torch import save_file
 
         save_file(qwen2_weights(spec), str(directory / "model.safetensors"), metadata={"format": "pt"})
     else:
         save_hybrid_weights(directory, spec, config)
     # Written after the weights: save_pretrained writes a config.json of its own.
-    assert write_tokenizer(directory) == eos_id
+    if spec.kind == "qwen3":
+        assert write_tokenizer(directory, QWEN3_ADDED_TOKENS, QWEN3_TEMPLATE) == eos_id
+    else:
+        assert write_tokenizer(directory) == eos_id
     (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (directory / "generation_config.json").write_text(
         json.dumps({"bos_token_id": eos_id - 2, "eos_token_id": eos_id, "do_sample": False}, indent=2) + "\n"
@@ -247,8 +272,9 @@ def pre_tokenizers_alphabet() -> list[str]:
     return sorted(pre_tokenizers.ByteLevel.alphabet())
 
 
-def write_tokenizer(directory: Path) -> int:
-    """Byte-level BPE with the 256 byte symbols and no merges; returns the id of ``<|im_end|>``."""
+def write_tokenizer(directory: Path, added: tuple[str, ...] = (), template: str = CHATML_TEMPLATE) -> int:
+    """Byte-level BPE with the 256 byte symbols and no merges, plus ``added`` tokens after the special ones;
+    returns the id of ``<|im_end|>``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -257,10 +283,12 @@ def write_tokenizer(directory: Path) -> int:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(list(SPECIAL_TOKENS))
+    if added:
+        tok.add_tokens(list(added))
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None
     )
-    fast.chat_template = CHATML_TEMPLATE
+    fast.chat_template = template
     fast.save_pretrained(str(directory))
     return int(tok.token_to_id("<|im_end|>"))
 
@@ -291,6 +319,19 @@ def qwen2_config(spec: TinyQwen, eos_id: int) -> dict[str, Any]:
         "model_type": "qwen2",
         **_common_config(spec, eos_id),
         "rope_theta": 1000000.0,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "attention_dropout": 0.0,
+    }
+
+
+def qwen3_config(spec: TinyQwen, eos_id: int) -> dict[str, Any]:
+    return {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        **_common_config(spec, eos_id),
+        "rope_theta": 1000000.0,
+        "attention_bias": False,
         "use_sliding_window": False,
         "sliding_window": None,
         "attention_dropout": 0.0,
@@ -335,7 +376,8 @@ def _torch_dtype(name: str) -> Any:
 
 
 def qwen2_weights(spec: TinyQwen) -> dict[str, Any]:
-    """Random weights under the Qwen2 parameter names (q/k/v projections have biases)."""
+    """Random weights under the Qwen2 parameter names (q/k/v projections have biases); for the qwen3 flavour
+    the Qwen3 names (no biases, per-head q_norm / k_norm)."""
     import torch
 
     gen = torch.Generator().manual_seed(spec.seed)
@@ -351,15 +393,28 @@ def qwen2_weights(spec: TinyQwen) -> dict[str, Any]:
     w: dict[str, Any] = {"model.embed_tokens.weight": rand(spec.vocab, h), "model.norm.weight": ones(h)}
     for i in range(spec.layers):
         p = f"model.layers.{i}."
+        if spec.kind == "qwen3":  # drawn in the same order as qwen2 minus the biases
+            w |= {
+                p + "input_layernorm.weight": ones(h),
+                p + "post_attention_layernorm.weight": ones(h),
+                p + "self_attn.q_proj.weight": rand(q, h),
+                p + "self_attn.k_proj.weight": rand(kv, h),
+                p + "self_attn.v_proj.weight": rand(kv, h),
+                p + "self_attn.q_norm.weight": ones(spec.head_dim),
+                p + "self_attn.k_norm.weight": ones(spec.head_dim),
+            }
+        else:
+            w |= {
+                p + "input_layernorm.weight": ones(h),
+                p + "post_attention_layernorm.weight": ones(h),
+                p + "self_attn.q_proj.weight": rand(q, h),
+                p + "self_attn.q_proj.bias": rand(q),
+                p + "self_attn.k_proj.weight": rand(kv, h),
+                p + "self_attn.k_proj.bias": rand(kv),
+                p + "self_attn.v_proj.weight": rand(kv, h),
+                p + "self_attn.v_proj.bias": rand(kv),
+            }
         w |= {
-            p + "input_layernorm.weight": ones(h),
-            p + "post_attention_layernorm.weight": ones(h),
-            p + "self_attn.q_proj.weight": rand(q, h),
-            p + "self_attn.q_proj.bias": rand(q),
-            p + "self_attn.k_proj.weight": rand(kv, h),
-            p + "self_attn.k_proj.bias": rand(kv),
-            p + "self_attn.v_proj.weight": rand(kv, h),
-            p + "self_attn.v_proj.bias": rand(kv),
             p + "self_attn.o_proj.weight": rand(h, q),
             p + "mlp.gate_proj.weight": rand(spec.intermediate, h),
             p + "mlp.up_proj.weight": rand(spec.intermediate, h),

@@ -27,7 +27,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from qwen_fleet.devcluster.processes import _die_with_parent
+from qwen_fleet_dev.processes import _die_with_parent
 
 from .tiny_qwen import vllm_python
 

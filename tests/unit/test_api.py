@@ -112,7 +112,7 @@ def test_crd_is_structural_and_has_the_subresources_and_columns() -> None:
 @pytest.mark.parametrize(("arg", "owned"), [
     ("--max-num-seqs=4", True), ("--max-num-seqs", True), ("--max_num_seqs", True), ("-tp", True),
     ("--no-enforce-eager", True), ("-q", True), ("--quantization=awq", True), ("--tensor-parallel-size", True),
-    ("--runner=pooling", False), ("--max-num-seqs-extra", False), ("--hf-overrides={}", False), ("8", False),
+    ("--runner=pooling", True), ("--max-num-seqs-extra", False), ("--hf-overrides={}", True), ("8", False),
     ("--enable-log-requests", False),
 ])
 def test_owned_flag_detection(arg: str, owned: bool) -> None:

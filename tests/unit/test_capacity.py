@@ -223,8 +223,10 @@ def test_aligned_block_keeps_a_larger_user_block() -> None:
         ({"kv_space_bytes": GIB, "max_model_len": 1000}, 2_048_000),
     ],
 )
-def test_cpu_kv_cache_tokens(kw: dict[str, int | str], expected: int) -> None:
-    assert cpu_kv_cache_tokens(TINY, **kw) == expected  # type: ignore[arg-type]
+@pytest.mark.parametrize("avx512_bf16", [False, True])
+def test_cpu_kv_cache_tokens(kw: dict[str, int | str], expected: int, avx512_bf16: bool) -> None:
+    # A model without linear attention has no SSM state: the CPU's ISA does not change its figure.
+    assert cpu_kv_cache_tokens(TINY, avx512_bf16=avx512_bf16, **kw) == expected  # type: ignore[arg-type]
 
 
 def test_cpu_kv_cache_tokens_hybrid() -> None:
@@ -237,8 +239,15 @@ def test_cpu_kv_cache_tokens_hybrid() -> None:
             num_key_heads=1, num_value_heads=2, key_head_dim=128, value_head_dim=128, conv_kernel_size=4
         ),
     )
-    # Logged by vLLM 0.32 on CPU: block 384, "CPU KV cache size: 1,242,680 tokens ... 1213.56x".
-    assert cpu_kv_cache_tokens(tiny_next, GIB, 1024) == 1_242_680
+    # Logged by vLLM 0.32 on a CPU without AVX-512 BF16 (bf16 SSM state, 68,608-byte state page): block 384,
+    # "CPU KV cache size: 1,242,680 tokens ... 1213.56x".
+    assert cpu_kv_cache_tokens(tiny_next, GIB, 1024, avx512_bf16=False) == 1_242_680
+    # Logged on an AMD EPYC with avx512_bf16 ("Reset SSM cache type to float32 ..."): the recurrent part of
+    # the state doubles (134,144 bytes), "Setting attention block size to 640 tokens", and 1 GiB holds 6,553
+    # blocks of 163,840 B; 2 + 3 x 2 blocks per 1,024-token request: "CPU KV cache size: 838,784 tokens".
+    assert cpu_kv_cache_tokens(tiny_next, GIB, 1024, avx512_bf16=True) == 838_784
+    # An explicit float32 state gives that figure on every CPU.
+    assert cpu_kv_cache_tokens(tiny_next, GIB, 1024, avx512_bf16=False, mamba_ssm_cache_dtype="float32") == 838_784
 
 
 def test_weights_by_dtype_and_quantization() -> None:

@@ -124,3 +124,24 @@ def test_memory_includes_shm_and_kv_offload() -> None:
     args = server["args"]
     assert args[args.index("--kv-offloading-size") + 1] == "16"
     assert args[args.index("--kv-offloading-backend") + 1] == "native"
+
+
+def test_a_cpu_fleet_requests_no_gpu_and_stays_off_gpu_nodes() -> None:
+    children = _render({"model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}, "device": "CPU",
+                        "engine": {"image": "example.org/vllm-cpu:0.32.0",
+                                   "env": [{"name": "VLLM_CPU_KVCACHE_SPACE", "value": "2"}]},
+                        "resources": {"cpu": "4", "memory": "8Gi"}})
+    pod = _pod(children)
+    (server,) = pod["containers"]
+    assert server["image"] == "example.org/vllm-cpu:0.32.0"
+    assert server["resources"]["requests"] == {"cpu": "4", "memory": "9Gi"}  # 8Gi + the 1Gi /dev/shm
+    assert server["resources"]["limits"] == server["resources"]["requests"]
+    assert "tolerations" not in pod and "nodeSelector" not in pod
+    assert "--gpu-memory-utilization" not in server["args"]
+    assert {"name": "VLLM_CPU_KVCACHE_SPACE", "value": "2"} in server["env"]
+
+
+def test_a_cpu_fleet_without_resources_renders_no_resources_block() -> None:
+    pod = _pod(_render({"model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}, "device": "CPU",
+                        "engine": {"image": "example.org/vllm-cpu:0.32.0"}}))
+    assert pod["containers"][0]["resources"] == {}

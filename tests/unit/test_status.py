@@ -6,6 +6,7 @@ from qwen_fleet.api import QwenInference
 from qwen_fleet.config import OperatorConfig
 from qwen_fleet.plan import make_plan
 from qwen_fleet.reconcile.status import Observed, Outcome, compute_status, status_patch
+from qwen_fleet.reconcile.store import error_lines, pod_summary
 
 CR = QwenInference.model_validate({"metadata": {"name": "q", "namespace": "ns"},
                                    "spec": {"model": {"name": "Qwen/Qwen3-4B-Instruct-2507"}, "replicas": 2}})
@@ -93,3 +94,54 @@ def test_hpa_conditions_are_mirrored_in_words() -> None:
     assert _conds(st)["ScalingLimited"] == ("True", "TooManyReplicas")
     assert st["autoscaling"]["desiredReplicas"] == 4
     assert "more than the maximum" in st["autoscaling"]["message"]
+
+
+# The tail of vLLM's log as the kubelet puts it in the termination message (FallbackToLogsOnError), shaped as
+# vLLM 0.32 prints a max_model_len beyond the model's (a pydantic error; its last lines as seen on this machine)
+# and an unknown flag (argparse).
+PYDANTIC_TAIL = "\n".join([
+    "(APIServer pid=1) INFO 11-30 21:00:01 [utils.py:253] non-default args: {'max_model_len': 65536}",
+    "Traceback (most recent call last):",
+    '  File "/opt/vllm/lib/python3.11/site-packages/vllm/engine/arg_utils.py", line 1402, in create_model_config',
+    "    return ModelConfig(",
+    "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig",
+    "  Value error, User-specified max_model_len (65536) is greater than the derived max_model_len "
+    "(max_position_embeddings=4096.0 or model_max_length=None in model's config.json). To allow overriding this "
+    "maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. [type=value_error, input_value=ArgsKwargs((), "
+    "{'model': ...nderer_num_workers': 1}), input_type=ArgsKwargs]",
+    "    For further information visit https://errors.pydantic.dev/2.14/v/value_error",
+])
+ARGPARSE_TAIL = """usage: api_server.py [-h] [--model MODEL] ...
+api_server.py: error: unrecognized arguments: --no-such-flag
+"""
+
+
+def _crashed_pod(message: str, ready: bool = False) -> dict:
+    return {"metadata": {"name": "q-abc"}, "status": {"phase": "Running", "containerStatuses": [{
+        "name": "vllm", "ready": ready, "restartCount": 2,
+        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 20s restarting failed container"}},
+        "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "message": message}}}]}}
+
+
+def test_error_lines_start_at_the_engine_s_own_error() -> None:
+    lines = error_lines(PYDANTIC_TAIL)
+    assert lines.startswith("pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig")
+    assert "User-specified max_model_len (65536) is greater than the derived max_model_len" in lines
+    assert error_lines(ARGPARSE_TAIL) == "api_server.py: error: unrecognized arguments: --no-such-flag"
+    assert error_lines("one\ntwo\nthree\nfour\nfive\n") == "two | three | four | five"  # no error line: the tail
+
+
+def test_an_engine_that_exits_at_start_up_says_why_in_ready() -> None:
+    pods = (pod_summary(_crashed_pod(ARGPARSE_TAIL)),)
+    st = compute_status(None, 1, Outcome.applied(), PLAN, Observed(deployment=_dep(ready=0, available=0),
+                                                                    pods=pods), T0)
+    ready = next(c for c in st["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "EngineFailed")
+    assert ready["message"] == ("pod q-abc: vLLM exited with code 1: "
+                                "api_server.py: error: unrecognized arguments: --no-such-flag")
+
+
+def test_a_pod_that_recovered_from_an_earlier_crash_is_not_reported() -> None:
+    body = _crashed_pod(ARGPARSE_TAIL, ready=True)
+    body["status"]["containerStatuses"][0]["state"] = {"running": {}}
+    assert "engineExit" not in pod_summary(body)

@@ -56,3 +56,8 @@ app.kubernetes.io/part-of: qwen-fleet
 {{- define "qwen-fleet.watchNamespaces" -}}
 {{- .Values.watchNamespaces | join "," }}
 {{- end }}
+
+{{/* The Lease the operator's replicas elect their leader on. */}}
+{{- define "qwen-fleet.leaseName" -}}
+{{- printf "%s-leader" (include "qwen-fleet.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}

@@ -24,6 +24,10 @@ class Rule:
     check: Callable[[Any], bool]
     message: str
     field_path: str | None = None  # where the apiserver reports it, relative to the object the rule is on
+    # A message that names the offending value: CEL for the apiserver (``messageExpression``; ``message`` is
+    # its fallback) and the same text from Python. Both or neither.
+    message_expression: str | None = None
+    message_for: Callable[[Any], str] | None = None
 
 
 class ApiModel(BaseModel):
@@ -67,7 +71,7 @@ class ApiModel(BaseModel):
     def _check_rules(self) -> ApiModel:
         for rule in type(self).__rules__:
             if not rule.check(self):
-                raise ValueError(rule.message)
+                raise ValueError(rule.message_for(self) if rule.message_for else rule.message)
         return self
 
 

@@ -37,6 +37,8 @@ def _rules_by_class() -> dict[str, list[dict[str, str]]]:
 
 def _cel(rule: Any) -> dict[str, str]:
     out = {"rule": rule.cel, "message": rule.message}
+    if rule.message_expression:
+        out["messageExpression"] = rule.message_expression
     if rule.field_path:
         out["fieldPath"] = rule.field_path
     return out

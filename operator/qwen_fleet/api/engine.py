@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Literal
 
 from pydantic import Field
 
 from qwen_fleet.api.base import DNS_SUBDOMAIN, IMAGE, TOKEN, ApiModel, Quantity, Rule
+from qwen_fleet.api.engine_flags import (
+    cel_each_flag_key,
+    cel_known_or_owned,
+    cel_no_stray_value,
+    cel_owned,
+    cel_stray_value_message,
+    cel_unknown_flag_message,
+    cel_with_tables,
+    first_stray_value,
+    first_unknown_flag,
+    flag_key,
+    owned_dest,
+    stray_value_message,
+    unknown_flag_message,
+    vllm_flags,
+)
+from qwen_fleet.api.serving import RopeScaling
 
 Quantization = Literal[
     "awq", "awq_marlin", "auto_awq", "gptq", "gptq_marlin", "auto_gptq", "fp8", "fbgemm_fp8",
@@ -18,7 +34,8 @@ KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
 Dtype = Literal["auto", "half", "float16", "bfloat16", "float", "float32"]
 
 # Flags the typed fields own; ``extraArgs`` may not repeat them (vLLM would take whichever came last, and a
-# reviewer reading the spec would be misled). vLLM's parser also accepts underscores and ``--no-`` forms.
+# reviewer reading the spec would be misled), in any form vLLM's parser reads as them: with underscores, as
+# ``--no-`` switches, as short options (-tp, -pp, -q) and as abbreviations (``--max-num-seq``).
 OWNED_FLAGS: tuple[str, ...] = (
     "model", "revision", "tokenizer-revision", "served-model-name", "port", "host", "trust-remote-code",
     "max-model-len", "max-num-seqs", "max-num-batched-tokens", "block-size", "gpu-memory-utilization",
@@ -26,20 +43,29 @@ OWNED_FLAGS: tuple[str, ...] = (
     "enable-chunked-prefill", "kv-offloading-size", "kv-offloading-backend", "cpu-offload-gb",
     "scheduling-policy", "tensor-parallel-size", "pipeline-parallel-size", "shutdown-timeout",
     "download-dir",
+    # parallelism.data / dataLocal / expert / nodes, and the multi-node launch rendered from them: a
+    # --data-parallel-size slipped in here would multiply the GPUs vLLM wants without the pod asking for them.
+    "data-parallel-size", "data-parallel-size-local", "data-parallel-rank", "data-parallel-start-rank",
+    "data-parallel-address", "data-parallel-rpc-port", "data-parallel-backend", "data-parallel-hybrid-lb",
+    "data-parallel-external-lb", "data-parallel-multi-port-external-lb", "enable-expert-parallel",
+    "nnodes", "node-rank", "master-addr", "master-port", "headless",
+    # spec.serving and engine.ropeScaling (api/serving.py)
+    "runner", "convert", "hf-overrides", "reasoning-parser", "tool-call-parser", "enable-auto-tool-choice",
+    "default-chat-template-kwargs", "speculative-config", "enable-lora", "lora-modules", "max-loras",
+    "max-lora-rank",
 )
-OWNED_SHORT_FLAGS: tuple[str, ...] = ("-tp", "-pp", "-q")
-OWNED_FLAG_PATTERN = (
-    "^(--(no-)?(" + "|".join(f.replace("-", "[-_]") for f in OWNED_FLAGS) + ")|"
-    + "|".join(OWNED_SHORT_FLAGS) + ")(=.*)?$"
-)
-_OWNED_FLAG_RE = re.compile(OWNED_FLAG_PATTERN)
+# Every option string of those flags in vLLM's own table (--no-enforce-eager, -tp, ...).
+OWNED_OPTIONS = frozenset(option for flag in vllm_flags().flags if flag.dest.replace("_", "-") in OWNED_FLAGS
+                          for option in flag.options)
 # Environment variables the operator sets itself from typed fields.
 OWNED_ENV = ("HF_TOKEN", "HF_HOME", "HF_HUB_OFFLINE", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_IB_DISABLE",
              "NCCL_P2P_DISABLE", "NCCL_SOCKET_IFNAME", "NCCL_DEBUG", "VLLM_PORT")
 
 
 def owned_flag(arg: str) -> bool:
-    return bool(_OWNED_FLAG_RE.match(arg))
+    """Whether vLLM reads this extraArgs token as a flag a typed field owns."""
+    key = flag_key(arg)
+    return key is not None and owned_dest(key, OWNED_OPTIONS)
 
 
 CONFIG_KEY = r"^[-._a-zA-Z0-9]+$"
@@ -177,6 +203,7 @@ class EnvVar(ApiModel, rules=[Rule(
 
 
 _MAX_TOKENS = 16_777_216
+_MAX_EXTRA_ARGS = 64
 
 
 class EngineSpec(ApiModel, rules=[
@@ -197,10 +224,28 @@ class EngineSpec(ApiModel, rules=[
                 "needs a token in every batch)",
     ),
     Rule(
-        cel="!has(self.extraArgs) || self.extraArgs.all(a, !a.matches('" + OWNED_FLAG_PATTERN + "'))",
+        cel="!has(self.extraArgs) || " + cel_with_tables(OWNED_OPTIONS, cel_each_flag_key(
+            "self.extraArgs", "!" + cel_owned("k"))),
         check=lambda e: not any(owned_flag(a) for a in e.extra_args),
         message="engine.extraArgs must not repeat a flag that a typed field owns (e.g. --max-num-seqs is "
-                "engine.maxNumSeqs, --tensor-parallel-size is parallelism.tensor)",
+                "engine.maxNumSeqs, --tensor-parallel-size is parallelism.tensor, --data-parallel-size is "
+                "parallelism.data, --enable-expert-parallel is parallelism.expert, --nnodes is "
+                "parallelism.nodes)",
+    ),
+    Rule(
+        cel="!has(self.extraArgs) || " + cel_with_tables(OWNED_OPTIONS, cel_each_flag_key(
+            "self.extraArgs", cel_known_or_owned())),
+        check=lambda e: first_unknown_flag(e.extra_args, OWNED_OPTIONS) is None,
+        message=f"engine.extraArgs must hold flags of vLLM {vllm_flags().vllm} written in full",
+        message_expression=cel_unknown_flag_message("self.extraArgs", OWNED_OPTIONS),
+        message_for=lambda e: unknown_flag_message(first_unknown_flag(e.extra_args, OWNED_OPTIONS) or ""),
+    ),
+    Rule(
+        cel="!has(self.extraArgs) || " + cel_no_stray_value("self.extraArgs", _MAX_EXTRA_ARGS),
+        check=lambda e: first_stray_value(e.extra_args) is None,
+        message="engine.extraArgs must not hold a value that no flag before it takes (vLLM would ignore it)",
+        message_expression=cel_stray_value_message("self.extraArgs", _MAX_EXTRA_ARGS),
+        message_for=lambda e: stray_value_message(first_stray_value(e.extra_args) or ""),
     ),
     Rule(
         cel="!has(self.env) || self.env.all(e, !(e.name in " + str(list(OWNED_ENV)) + "))",
@@ -268,10 +313,13 @@ class EngineSpec(ApiModel, rules=[
     startup_timeout_seconds: int = Field(default=1800, ge=60, le=86400, description="How long the "
                                          "startup probe waits for the model to download and load.")
     extra_args: list[Annotated[str, Field(max_length=1024)]] = Field(
-        default_factory=list, max_length=64, description="Extra vLLM flags, appended after the ones typed "
+        default_factory=list, max_length=_MAX_EXTRA_ARGS, description="Extra vLLM flags, appended after the ones typed "
         "fields produce. Flags that a typed field owns are refused.")
     env: list[EnvVar] = Field(default_factory=list, max_length=64, description="Extra environment "
                               "variables for the vLLM container.")
+    rope_scaling: RopeScaling | None = Field(default=None, description="YaRN rope scaling (rendered as "
+                                             "--hf-overrides). Set automatically when maxModelLen exceeds "
+                                             "the model's native context and its family documents YaRN.")
     # Seed-era knobs that vLLM no longer has: declared so the apiserver can refuse them by name.
     swap_space: float | None = Field(default=None, description="Removed from vLLM; refused. Use "
                                      "kvOffloadGiB.")

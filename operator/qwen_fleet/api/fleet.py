@@ -18,21 +18,73 @@ from qwen_fleet.api.base import (
 )
 from qwen_fleet.api.engine import EnvVar
 
+_GPUS = "self.tensor * self.pipeline * self.data"
 
-class Parallelism(ApiModel, rules=[Rule(
-    cel="self.tensor * self.pipeline <= 64",
-    check=lambda p: p.tensor * p.pipeline <= 64,
-    message="parallelism.tensor x parallelism.pipeline (GPUs per replica) must be at most 64",
-)]):
-    """How one replica spreads over GPUs. GPUs per replica = tensor x pipeline."""
+
+def _gpus(p: Any) -> int:
+    return int(p.tensor * p.pipeline * p.data)
+
+
+class Parallelism(ApiModel, rules=[
+    Rule(cel=_GPUS + " <= 256", check=lambda p: _gpus(p) <= 256,
+         message="parallelism.tensor x pipeline x data (GPUs per replica) must be at most 256"),
+    Rule(cel="(" + _GPUS + ") % self.nodes == 0", check=lambda p: _gpus(p) % p.nodes == 0,
+         message="parallelism.tensor x pipeline x data (GPUs per replica) must divide evenly over "
+                 "parallelism.nodes: every pod of a replica gets the same number of GPUs; change nodes or "
+                 "data"),
+    Rule(cel="(" + _GPUS + ") / self.nodes <= 16", check=lambda p: _gpus(p) // p.nodes <= 16,
+         message="more than 16 GPUs per pod (GPUs per replica / parallelism.nodes): no node has that "
+                 "many; raise parallelism.nodes"),
+    # vLLM infers the data-parallel ranks of a pod as (GPUs per pod) / (tensor x pipeline): a rank either
+    # fits in one pod, or spans whole pods; anything else leaves a rank split unevenly across pods.
+    Rule(cel="((" + _GPUS + ") / self.nodes) % (self.tensor * self.pipeline) == 0 || "
+             "(self.tensor * self.pipeline) % ((" + _GPUS + ") / self.nodes) == 0",
+         check=lambda p: (_gpus(p) // p.nodes) % (p.tensor * p.pipeline) == 0
+         or (p.tensor * p.pipeline) % (_gpus(p) // p.nodes) == 0,
+         message="a data-parallel rank (tensor x pipeline GPUs) must fit in one pod or span whole pods: "
+                 "make GPUs per pod (tensor x pipeline x data / nodes) a multiple or a divisor of "
+                 "tensor x pipeline"),
+    Rule(cel="!has(self.dataLocal) || self.dataLocal * self.nodes == self.data",
+         check=lambda p: p.data_local is None or p.data_local * p.nodes == p.data,
+         message="parallelism.dataLocal (data-parallel ranks per pod) x parallelism.nodes must equal "
+                 "parallelism.data; leave dataLocal unset to derive it"),
+    Rule(cel="!self.expert || self.tensor * self.data >= 2",
+         check=lambda p: not p.expert or p.tensor * p.data >= 2,
+         message="parallelism.expert spreads the experts over tensor x data GPUs: with one GPU there is "
+                 "nothing to spread; raise parallelism.data (or tensor)"),
+]):
+    """How one replica spreads over GPUs and pods. GPUs per replica = tensor x pipeline x data; a replica
+    with ``nodes`` > 1 is a LeaderWorkerSet group of that many pods (one leader, nodes - 1 workers)."""
 
     tensor: int = Field(default=1, ge=1, le=64, description="Tensor-parallel size "
                         "(--tensor-parallel-size): GPUs that split every layer. Must divide the model's "
                         "attention heads; the planner checks.")
     pipeline: int = Field(default=1, ge=1, le=64, description="Pipeline-parallel size "
                           "(--pipeline-parallel-size): GPUs that split the layer stack.")
-    nodes: int = Field(default=1, ge=1, le=1, description="Nodes per replica. Reserved for multi-node "
-                       "serving (LeaderWorkerSet); only 1 is accepted today.")
+    data: int = Field(default=1, ge=1, le=64, description="Data-parallel ranks of one replica in total "
+                      "(--data-parallel-size): engine copies that share one API server and, with expert, "
+                      "the experts. Meant for MoE models; a dense model is better served by more replicas.")
+    data_local: int | None = Field(default=None, ge=1, le=64, description="Data-parallel ranks per pod "
+                                   "(--data-parallel-size-local). Default: data / nodes.")
+    expert: bool = Field(default=False, description="Expert parallelism (--enable-expert-parallel): the "
+                         "experts of a MoE model are spread over tensor x data GPUs instead of each being "
+                         "split by tensor. MoE models only; the planner refuses it for dense models.")
+    nodes: int = Field(default=1, ge=1, le=16, description="Pods (nodes) per replica. Above 1 a replica "
+                       "is a LeaderWorkerSet group: vLLM's multi-node launch without Ray "
+                       "(--nnodes/--node-rank/--master-addr, --headless workers).")
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return _gpus(self)
+
+    @property
+    def gpus_per_pod(self) -> int:
+        return _gpus(self) // self.nodes
+
+    @property
+    def expert_size(self) -> int:
+        """GPUs the experts spread over with expert parallelism (vLLM: tensor x data)."""
+        return self.tensor * self.data if self.expert else 1
 
 
 class GpuSpec(ApiModel):
@@ -147,6 +199,11 @@ class Scheduling(ApiModel, rules=[map_keys_rule("nodeSelector", QUALIFIED_NAME, 
     runtime_class_name: str | None = Field(default=None, max_length=253, pattern=DNS_SUBDOMAIN,
                                            description="RuntimeClass, e.g. nvidia where the GPU runtime is "
                                            "not the default.")
+    topology_key: str | None = Field(default=None, max_length=316, pattern=QUALIFIED_NAME,
+                                     description="Multi-node replicas (parallelism.nodes > 1): a node label "
+                                     "whose domain (rack, NVLink or network block) holds one whole group and "
+                                     "no other, so a group's traffic stays inside it (LeaderWorkerSet "
+                                     "exclusive topology). Ignored for single-node replicas.")
 
 
 class ServiceSpec(ApiModel, rules=[map_keys_rule("annotations", QUALIFIED_NAME, "service.annotations")]):

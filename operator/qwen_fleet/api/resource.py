@@ -10,6 +10,7 @@ from qwen_fleet.api.base import ApiModel, Rule
 from qwen_fleet.api.engine import EngineSpec, ModelSpec
 from qwen_fleet.api.fleet import GpuSpec, NcclSpec, Parallelism, Resources, Scheduling, ServiceSpec
 from qwen_fleet.api.scaling import Autoscaling, Monitoring, Rollout
+from qwen_fleet.api.serving import ServingSpec, ServingStatus
 
 GROUP = "qwenfleet.io"
 VERSION = "v1alpha1"
@@ -22,6 +23,7 @@ CATEGORIES = ("qwenfleet",)
 # Children are named after the resource plus short suffixes, and the name is a label value and a DNS-1035
 # Service name: 52 leaves room for the longest suffix and for pod-name hashes.
 MAX_NAME_LENGTH = 52
+Device = Literal["GPU", "CPU"]
 
 
 class QwenInferenceSpec(ApiModel, rules=[
@@ -29,14 +31,36 @@ class QwenInferenceSpec(ApiModel, rules=[
          check=lambda s: not (s.replicas is not None and s.autoscaling.enabled),
          message="spec.replicas cannot be set while autoscaling is enabled: the HorizontalPodAutoscaler owns "
                  "the replica count (use autoscaling.minReplicas/maxReplicas)"),
-    Rule(cel="!self.nccl.preflight.enabled || self.parallelism.tensor * self.parallelism.pipeline >= 2",
-         check=lambda s: not s.nccl.preflight.enabled or s.parallelism.tensor * s.parallelism.pipeline >= 2,
-         message="nccl.preflight needs at least 2 GPUs per replica (parallelism.tensor x pipeline >= 2)"),
+    Rule(cel="!self.nccl.preflight.enabled || "
+             "self.parallelism.tensor * self.parallelism.pipeline * self.parallelism.data >= 2",
+         check=lambda s: not s.nccl.preflight.enabled or s.parallelism.gpus_per_replica >= 2,
+         message="nccl.preflight needs at least 2 GPUs per replica (parallelism.tensor x pipeline x data "
+                 ">= 2)"),
+    Rule(cel="self.device != 'CPU' || (self.parallelism.tensor * self.parallelism.pipeline * "
+             "self.parallelism.data == 1 && self.parallelism.nodes == 1)",
+         check=lambda s: s.device != "CPU" or (s.parallelism.gpus_per_replica == 1 and s.parallelism.nodes == 1),
+         message="device CPU runs one engine process per replica: parallelism.tensor x pipeline x data and "
+                 "nodes must be 1"),
+    Rule(cel="self.device != 'CPU' || has(self.engine.image)",
+         check=lambda s: s.device != "CPU" or s.engine.image is not None,
+         message="device CPU needs engine.image, a CPU build of vLLM: the default image is vLLM's CUDA build"),
+    Rule(cel="self.device != 'CPU' || (!has(self.gpu.product) && !has(self.gpu.memoryGiB) && "
+             "!has(self.engine.gpuMemoryUtilization))",
+         check=lambda s: s.device != "CPU" or (s.gpu.product is None and s.gpu.memory_gi_b is None
+                                               and s.engine.gpu_memory_utilization is None),
+         message="gpu.product, gpu.memoryGiB and engine.gpuMemoryUtilization do not apply to device CPU"),
 ]):
     """Desired state of a vLLM fleet serving one Qwen model."""
 
     model: ModelSpec = Field(description="The model to serve.")
+    device: Device = Field(default="GPU", description="What the engine runs on. GPU: each replica requests "
+                           "parallelism.tensor x pipeline x data GPUs (gpu.resourceName) and tolerates their taint. "
+                           "CPU: no GPU is requested or tolerated, for small models, rerankers and CI; "
+                           "engine.image must be a CPU build of vLLM, parallelism stays 1, and the KV cache "
+                           "size is vLLM's VLLM_CPU_KVCACHE_SPACE (GiB, in engine.env).")
     engine: EngineSpec = Field(default_factory=EngineSpec, description="vLLM engine settings.")
+    serving: ServingSpec = Field(default_factory=ServingSpec, description="Task, reasoning and tool-call "
+                                 "parsers, thinking default; unset fields take the Qwen family's default.")
     parallelism: Parallelism = Field(default_factory=Parallelism, description="GPUs per replica.")
     gpu: GpuSpec = Field(default_factory=GpuSpec, description="GPU type and resource name.")
     nccl: NcclSpec = Field(default_factory=NcclSpec, description="NCCL environment and preflight check.")
@@ -51,7 +75,11 @@ class QwenInferenceSpec(ApiModel, rules=[
 
     @property
     def gpus_per_replica(self) -> int:
-        return self.parallelism.tensor * self.parallelism.pipeline
+        return 0 if self.device == "CPU" else self.parallelism.gpus_per_replica
+
+    @property
+    def gpus_per_pod(self) -> int:
+        return 0 if self.device == "CPU" else self.parallelism.gpus_per_pod
 
 
 ConditionStatus = Literal["True", "False", "Unknown"]
@@ -142,6 +170,8 @@ class QwenInferenceStatus(ApiModel):
     capacity: CapacityStatus | None = Field(default=None, description="Planner output.")
     autoscaling: AutoscalingStatus | None = Field(default=None, description="Autoscaler state.")
     nccl: NcclStatus | None = Field(default=None, description="NCCL preflight result.")
+    serving: ServingStatus | None = Field(default=None, description="Task, parsers, thinking default and "
+                                          "rope scaling in effect (spec or family default).")
 
 
 NAME_RULE = Rule(

@@ -16,6 +16,7 @@ _GFD_LABELER = "https://github.com/NVIDIA/k8s-device-plugin/blob/main/internal/l
 _VLLM_FP8 = "https://docs.vllm.ai/en/v0.32.0/features/quantization/llm_compressor/fp8/"
 _PCIE4_GB_S = 64.0  # PCIe Gen4 x16, bidirectional
 _PCIE5_GB_S = 128.0  # PCIe Gen5 x16, bidirectional
+_PCIE3_GB_S = 32.0  # PCIe Gen3 x16, bidirectional
 
 
 def _mib_to_gib(mib: int) -> float:
@@ -167,5 +168,68 @@ ALL_GPUS: tuple[GpuFacts, ...] = (
             "https://raw.githubusercontent.com/mlcommons/inference_results_v4.1/main/closed/NVIDIA/systems/"
             "H200-SXM-141GBx8_TRT_MaxQ.json",
         ),
+    ),
+    # Turing: no bfloat16 (compute capability < 8.0), so a bfloat16 spec is refused on it (plan/gpu_dtype.py).
+    # NVML names it "Tesla T4"; a GFD node label dump on a VM: gpu.product=Tesla-T4, gpu.memory=15109,
+    # gpu.compute.major=7, minor=5.
+    _gpu(
+        "Tesla-T4",
+        memory_mib=15109,
+        short_name="T4",
+        interconnect="PCIe 3.0 x16 (32 GB/s), no NVLink",
+        interconnect_gb_s=_PCIE3_GB_S,
+        nvlink=False,
+        compute_capability=(7, 5),
+        fp8=False,
+        aliases=("NVIDIA-T4", "Tesla-T4-16GB"),
+        sources=("https://www.nvidia.com/en-us/data-center/tesla-t4/",),
+    ),
+    _gpu(
+        "NVIDIA-GeForce-RTX-4090",
+        memory_mib=24564,  # nvidia-smi: "NVIDIA GeForce RTX 4090, 24564 MiB"
+        short_name="RTX-4090",
+        interconnect="PCIe 4.0 x16 (64 GB/s), no NVLink",
+        interconnect_gb_s=_PCIE4_GB_S,
+        nvlink=False,
+        compute_capability=(8, 9),
+        fp8=True,
+        aliases=("RTX-4090", "4090"),
+        sources=("https://www.nvidia.com/en-us/geforce/graphics-cards/40-series/rtx-4090/",),
+    ),
+    _gpu(
+        "NVIDIA-L20",
+        memory_mib=46068,  # nvidia-smi: "NVIDIA L20, 46068 MiB" (48 GB GDDR6, as the L40S)
+        short_name="L20",
+        interconnect="PCIe 4.0 x16 (64 GB/s), no NVLink",
+        interconnect_gb_s=_PCIE4_GB_S,
+        nvlink=False,
+        compute_capability=(8, 9),
+        fp8=True,
+        aliases=(),
+        sources=("https://www.nvidia.com/en-us/data-center/l20/",),
+    ),
+    _gpu(
+        "NVIDIA-H20",
+        memory_mib=97871,  # nvidia-smi: "NVIDIA H20, 97871 MiB" (96 GB HBM3)
+        short_name="H20",
+        interconnect="NVLink 4 (900 GB/s)",
+        interconnect_gb_s=900.0,
+        nvlink=True,
+        compute_capability=(9, 0),
+        fp8=True,
+        aliases=(),
+        sources=("https://www.nvidia.com/en-us/data-center/h20/",),
+    ),
+    _gpu(
+        "NVIDIA-B200",
+        memory_mib=183359,  # nvidia-smi: "NVIDIA B200, 183359 MiB", compute capability 10.0
+        short_name="B200",
+        interconnect="NVLink 5 (1800 GB/s)",
+        interconnect_gb_s=1800.0,
+        nvlink=True,
+        compute_capability=(10, 0),
+        fp8=True,
+        aliases=(),
+        sources=("https://www.nvidia.com/en-us/data-center/dgx-b200/",),
     ),
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from qwen_fleet.catalog.qwen3 import QWEN3_4B, QWEN3_8B, QWEN3_MODELS
+from qwen_fleet.catalog.qwen3 import QWEN3_4B, QWEN3_8B, QWEN3_235B_A22B_2507, QWEN3_MODELS
 from qwen_fleet.catalog.qwen25 import QWEN25_7B_INSTRUCT, QWEN25_MODELS
 from qwen_fleet.catalog.qwen35 import QWEN35_MODELS
 from qwen_fleet.catalog.types import ModelFacts
@@ -69,6 +69,16 @@ QUANTIZED_MODELS: tuple[ModelFacts, ...] = (
     quantized_variant(
         QWEN3_8B,
         "Qwen/Qwen3-8B-FP8",
+        method="fp8",
+        dtype="bfloat16",
+        extra_sources=(_VLLM_FP8,),
+        unverified_fields=("dtype",),
+    ),
+    # The same block-128 FP8 format for the 2507 MoE flagship: at about 1 byte per parameter it fits one
+    # 8 x 80 GB node, where the bfloat16 repo (~470 GB) needs two.
+    quantized_variant(
+        QWEN3_235B_A22B_2507,
+        "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8",
         method="fp8",
         dtype="bfloat16",
         extra_sources=(_VLLM_FP8,),

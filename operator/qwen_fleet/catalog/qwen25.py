@@ -9,6 +9,7 @@ config.json.
 
 from __future__ import annotations
 
+from qwen_fleet.catalog.serving import QWEN25_INSTRUCT, QWEN25_INSTRUCT_SMALL, ServingFacts
 from qwen_fleet.catalog.types import ModelFacts
 
 _HF = "https://huggingface.co/"
@@ -30,6 +31,7 @@ def _instruct(
     hidden: int,
     vocab: int,
     tied: bool,
+    serving: ServingFacts = QWEN25_INSTRUCT,
 ) -> ModelFacts:
     repo = f"Qwen/Qwen2.5-{size}-Instruct"
     return ModelFacts(
@@ -45,6 +47,7 @@ def _instruct(
         vocab_size=vocab,
         native_context=_CONTEXT,
         tie_word_embeddings=tied,
+        serving=serving,
         sources=(f"{_HF}{repo}/blob/main/config.json", f"{_HF}{repo}", _BLOG),
     )
 
@@ -64,6 +67,7 @@ QWEN25_7B_INSTRUCT = _instruct(
 QWEN25_MODELS: tuple[ModelFacts, ...] = (
     _instruct(
         "0.5B",
+        serving=QWEN25_INSTRUCT_SMALL,
         params=0.49,
         layers=24,
         heads=14,
@@ -75,6 +79,7 @@ QWEN25_MODELS: tuple[ModelFacts, ...] = (
     ),
     _instruct(
         "1.5B",
+        serving=QWEN25_INSTRUCT_SMALL,
         params=1.54,
         layers=28,
         heads=12,
@@ -86,6 +91,7 @@ QWEN25_MODELS: tuple[ModelFacts, ...] = (
     ),
     _instruct(
         "3B",
+        serving=QWEN25_INSTRUCT_SMALL,
         params=3.09,
         layers=36,
         heads=16,

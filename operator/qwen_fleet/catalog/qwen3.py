@@ -9,6 +9,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from qwen_fleet.catalog.serving import (
+    QWEN3_CODER,
+    QWEN3_EMBEDDING,
+    QWEN3_HYBRID,
+    QWEN3_HYBRID_SMALL,
+    QWEN3_INSTRUCT_2507,
+    QWEN3_RERANKER,
+    QWEN3_THINKING_2507,
+    ServingFacts,
+)
 from qwen_fleet.catalog.types import ModelFacts
 
 _HF = "https://huggingface.co/"
@@ -31,6 +41,7 @@ def _dense(
     heads: int,
     hidden: int,
     tied: bool,
+    serving: ServingFacts = QWEN3_HYBRID,
     extra_sources: tuple[str, ...] = (),
 ) -> ModelFacts:
     repo = f"Qwen/Qwen3-{size}"
@@ -47,24 +58,27 @@ def _dense(
         vocab_size=_VOCAB,
         native_context=_CONTEXT_2504,
         tie_word_embeddings=tied,
+        serving=serving,
         sources=_sources(repo, *extra_sources),
     )
 
 
-def _release(base: ModelFacts, name: str, native_context: int, *extra_sources: str) -> ModelFacts:
+def _release(base: ModelFacts, name: str, native_context: int, *extra_sources: str,
+             serving: ServingFacts = QWEN3_INSTRUCT_2507) -> ModelFacts:
     """A later checkpoint of `base` (2507 refresh, reranker): same architecture, own repo."""
     return replace(
         base,
         name=name,
         native_context=native_context,
+        serving=serving,
         base_model=base.name,
         aliases=(),
         sources=(f"{_HF}{name}/blob/main/config.json", f"{_HF}{name}", *extra_sources),
     )
 
 
-QWEN3_0_6B = _dense("0.6B", params=0.6, layers=28, heads=16, hidden=1024, tied=True)
-QWEN3_1_7B = _dense("1.7B", params=1.7, layers=28, heads=16, hidden=2048, tied=True)
+QWEN3_0_6B = _dense("0.6B", params=0.6, layers=28, heads=16, hidden=1024, tied=True, serving=QWEN3_HYBRID_SMALL)
+QWEN3_1_7B = _dense("1.7B", params=1.7, layers=28, heads=16, hidden=2048, tied=True, serving=QWEN3_HYBRID_SMALL)
 QWEN3_4B = _dense("4B", params=4.0, layers=36, heads=32, hidden=2560, tied=True)
 QWEN3_8B = _dense("8B", params=8.2, layers=36, heads=32, hidden=4096, tied=False)
 QWEN3_14B = _dense("14B", params=14.8, layers=40, heads=40, hidden=5120, tied=False)
@@ -94,6 +108,7 @@ QWEN3_30B_A3B = ModelFacts(
     vocab_size=_VOCAB,
     native_context=_CONTEXT_2504,
     tie_word_embeddings=False,
+    serving=QWEN3_HYBRID,
     sources=_sources("Qwen/Qwen3-30B-A3B", f"{_MINDSPEED}qwen3_30b_a3b.yaml"),
 )
 
@@ -113,6 +128,7 @@ QWEN3_235B_A22B = ModelFacts(
     vocab_size=_VOCAB,
     native_context=_CONTEXT_2504,
     tie_word_embeddings=False,
+    serving=QWEN3_HYBRID,
     sources=_sources("Qwen/Qwen3-235B-A22B", f"{_MINDSPEED}qwen3_235b_a22b.yaml"),
 )
 
@@ -139,7 +155,32 @@ QWEN3_RERANKER_0_6B = replace(
         "Qwen/Qwen3-Reranker-0.6B",
         _CONTEXT_2504,
         "https://docs.rbln.ai/latest/software/model_serving/vllm_support/recipes/qwen3-reranker-0.6b.html",
+        "https://docs.vllm.ai/en/latest/examples/offline_inference/qwen3_reranker.html",
+        serving=QWEN3_RERANKER,
     ),
+    unverified_fields=("vocab_size", "tie_word_embeddings", "dtype"),
+)
+
+# Thinking-2507: the reasoning-only siblings of the 2507 Instruct checkpoints, same architectures.
+QWEN3_4B_THINKING_2507 = _release(QWEN3_4B, "Qwen/Qwen3-4B-Thinking-2507", _CONTEXT_2507,
+                                  serving=QWEN3_THINKING_2507)
+QWEN3_30B_A3B_THINKING_2507 = _release(QWEN3_30B_A3B, "Qwen/Qwen3-30B-A3B-Thinking-2507", _CONTEXT_2507,
+                                       serving=QWEN3_THINKING_2507)
+QWEN3_235B_A22B_THINKING_2507 = _release(QWEN3_235B_A22B, "Qwen/Qwen3-235B-A22B-Thinking-2507", _CONTEXT_2507,
+                                         serving=QWEN3_THINKING_2507)
+# Qwen3-Coder-30B-A3B-Instruct: the Qwen3-30B-A3B architecture (48 layers, 32/4 heads, 128 experts, 8 active)
+# with a 262,144 native window and XML tool calls.
+QWEN3_CODER_30B_A3B = replace(
+    _release(QWEN3_30B_A3B, "Qwen/Qwen3-Coder-30B-A3B-Instruct", _CONTEXT_2507, serving=QWEN3_CODER),
+    aliases=("Qwen3-Coder-30B-A3B",),
+    unverified_fields=("native_context", "vocab_size"),
+)
+# Qwen3-Embedding-0.6B: built on Qwen3-0.6B (card: 28 layers, 32K sequence length, last-token pooling).
+QWEN3_EMBEDDING_0_6B = replace(
+    _release(QWEN3_0_6B, "Qwen/Qwen3-Embedding-0.6B", 32768,
+             "https://inference.readthedocs.io/en/latest/models/builtin/embedding/qwen3-embedding-0.6b.html",
+             serving=QWEN3_EMBEDDING),
+    vocab_size=151669,
     unverified_fields=("vocab_size", "tie_word_embeddings", "dtype"),
 )
 
@@ -156,4 +197,9 @@ QWEN3_MODELS: tuple[ModelFacts, ...] = (
     QWEN3_30B_A3B_2507,
     QWEN3_235B_A22B_2507,
     QWEN3_RERANKER_0_6B,
+    QWEN3_4B_THINKING_2507,
+    QWEN3_30B_A3B_THINKING_2507,
+    QWEN3_235B_A22B_THINKING_2507,
+    QWEN3_CODER_30B_A3B,
+    QWEN3_EMBEDDING_0_6B,
 )

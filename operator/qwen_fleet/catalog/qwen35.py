@@ -9,6 +9,7 @@ linear layers keep a fixed-size recurrent state per sequence whose geometry is
 
 from __future__ import annotations
 
+from qwen_fleet.catalog.serving import QWEN35
 from qwen_fleet.catalog.types import LinearAttentionFacts, ModelFacts
 
 _HF = "https://huggingface.co/"
@@ -50,6 +51,7 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
         hidden_size=4096,
         vocab_size=_VOCAB,
         native_context=_NATIVE_CONTEXT,
+        serving=QWEN35,
         linear_attention=_gdn(key_heads=16, value_heads=32),
         tie_word_embeddings=False,
         # The config copies we read were cut before the key; the card only states it for the tied
@@ -70,6 +72,7 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
         hidden_size=5120,
         vocab_size=_VOCAB,
         native_context=_NATIVE_CONTEXT,
+        serving=QWEN35,
         linear_attention=_gdn(key_heads=16, value_heads=48),
         tie_word_embeddings=False,
         sources=_sources("Qwen/Qwen3.5-27B", f"{_SLIME}qwen3.5-27B.sh"),
@@ -88,6 +91,7 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
         hidden_size=5120,
         vocab_size=_VOCAB,
         native_context=_NATIVE_CONTEXT,
+        serving=QWEN35,
         linear_attention=_gdn(key_heads=16, value_heads=48),
         tie_word_embeddings=False,  # card: "LM Output: 248320 (Padded)", i.e. its own head
         sources=_sources("Qwen/Qwen3.6-27B"),
@@ -108,6 +112,7 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
         hidden_size=2048,
         vocab_size=_VOCAB,
         native_context=_NATIVE_CONTEXT,
+        serving=QWEN35,
         linear_attention=_gdn(key_heads=16, value_heads=32),
         tie_word_embeddings=False,
         sources=_sources("Qwen/Qwen3.5-35B-A3B", f"{_SLIME}qwen3.5-35B-A3B.sh"),
@@ -128,6 +133,7 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
         hidden_size=2048,
         vocab_size=_VOCAB,
         native_context=_NATIVE_CONTEXT,
+        serving=QWEN35,
         linear_attention=_gdn(key_heads=16, value_heads=32),
         tie_word_embeddings=False,
         sources=_sources("Qwen/Qwen3.6-35B-A3B", f"{_SLIME}qwen36-35B-A3B.sh"),
@@ -148,6 +154,7 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
         hidden_size=3072,
         vocab_size=_VOCAB,
         native_context=_NATIVE_CONTEXT,
+        serving=QWEN35,
         linear_attention=_gdn(key_heads=16, value_heads=64),
         tie_word_embeddings=False,  # card: "LM Output: 248320 (Padded)"
         # The card gives heads and head dims but not the conv width; 4 is every other Qwen3.5 size.
@@ -171,6 +178,7 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
         hidden_size=4096,
         vocab_size=_VOCAB,
         native_context=_NATIVE_CONTEXT,
+        serving=QWEN35,
         linear_attention=_gdn(key_heads=16, value_heads=64),
         tie_word_embeddings=False,
         sources=_sources("Qwen/Qwen3.5-397B-A17B", f"{_SLIME}qwen3.5-397B-A17B.sh"),

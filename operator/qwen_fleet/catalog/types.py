@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from qwen_fleet.catalog.serving import GENERIC, ServingFacts
+
 
 @dataclass(frozen=True)
 class LinearAttentionFacts:
@@ -51,6 +53,8 @@ class ModelFacts:
     # Field names whose value was inherited or inferred rather than read from a source (see
     # docs/catalog.md); the planner may use them, a reviewer should re-check them first.
     unverified_fields: tuple[str, ...] = ()
+    # Task, parsers, thinking switch and YaRN of the family (catalog/serving.py).
+    serving: ServingFacts = GENERIC
 
     @property
     def linear_attention_layers(self) -> int:

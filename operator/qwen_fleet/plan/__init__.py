@@ -15,6 +15,7 @@ from qwen_fleet.api.resource import CapacityStatus
 from qwen_fleet.config import OperatorConfig
 from qwen_fleet.plan import quantities as q
 from qwen_fleet.plan.capacity import Problem  # a reason the spec cannot be served: Stalled's reason/message
+from qwen_fleet.plan.serving import ServingPlan, plan_serving
 
 __all__ = ["HF_HOME", "MODEL_MOUNT", "Plan", "Problem", "default_shm_bytes", "make_plan"]
 
@@ -30,6 +31,8 @@ class Plan:
     served_model_name: str
     model_ref: str  # what vLLM's --model gets: a repo id, or a directory on the mounted claim
     gpus_per_replica: int
+    gpus_per_pod: int  # gpus_per_replica / nodes: what each pod (leader or worker) requests
+    nodes: int  # pods per replica; above 1 the replica is a LeaderWorkerSet group
     replicas: int | None  # None: the HPA owns the count
     max_replicas: int
     shm_size: str
@@ -38,6 +41,7 @@ class Plan:
     capacity: CapacityStatus | None
     problems: tuple[Problem, ...] = ()
     warnings: tuple[str, ...] = field(default=())
+    serving: ServingPlan | None = None  # task, parsers, thinking, YaRN (plan/serving.py)
 
     @property
     def feasible(self) -> bool:
@@ -54,7 +58,7 @@ def default_shm_bytes(gpus: int) -> int:
 
 def make_plan(cr: QwenInference, config: OperatorConfig) -> Plan:
     spec = cr.spec
-    gpus = spec.gpus_per_replica
+    gpus = spec.gpus_per_pod  # memory, shm and offload are per pod (0 on device CPU)
     shm = q.parse(spec.resources.shm_size) if spec.resources.shm_size is not None else Decimal(
         default_shm_bytes(gpus))
     memory = None
@@ -76,19 +80,23 @@ def make_plan(cr: QwenInference, config: OperatorConfig) -> Plan:
     from qwen_fleet.plan.planner import assess  # the capacity part has its own module
 
     capacity, problems, warnings = assess(spec)
+    serving, serving_problems = plan_serving(spec, spec.model.served_model_name or cr.name)
     return Plan(
         name=cr.name,
         namespace=cr.namespace,
         image=spec.engine.image or config.default_image,
         served_model_name=spec.model.served_model_name or cr.name,
         model_ref=model_ref,
-        gpus_per_replica=gpus,
+        gpus_per_replica=spec.gpus_per_replica,
+        gpus_per_pod=gpus,
+        nodes=spec.parallelism.nodes,
         replicas=replicas,
         max_replicas=max_replicas,
         shm_size=q.format_bytes(shm),
         memory=memory,
         cpu=str(spec.resources.cpu) if spec.resources.cpu is not None else None,
         capacity=capacity,
-        problems=tuple(problems),
+        problems=tuple(problems + serving_problems),
         warnings=tuple(warnings),
+        serving=serving,
     )

@@ -79,6 +79,8 @@ class CapacityInput:
     gpu_memory_gib: float
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
+    data_parallel: int = 1  # each rank holds its own weights and KV cache; only experts may be shared out
+    expert_parallel: bool = False  # experts spread over tensor x data GPUs instead of split by tensor
     gpu_memory_utilization: float = 0.9
     max_model_len: int | None = None  # None: the model's native context, as vLLM derives it
     max_num_seqs: int | None = None  # None: vLLM's default for the GPU class
@@ -155,6 +157,20 @@ def _tensor_size_problem(model: ModelFacts, tp: int) -> str:
     if tp & (tp - 1):
         return "the MLP width for certain (only powers of two are planned)"
     return ""
+
+
+def _bytes_per_param(inp: CapacityInput, quant: str | None) -> float:
+    return QUANTIZED_BYTES_PER_PARAM[quant] if quant else dtype_bytes(model_dtype(inp.model, inp.dtype))
+
+
+def expert_bytes_moved_per_gpu(model: ModelFacts, tp: int, pp: int, dp: int, bytes_per_param: float) -> int:
+    """Expert weights a GPU no longer holds when the experts spread over tensor x data GPUs (expert
+    parallel) instead of each being split over the tensor ranks of every data-parallel copy."""
+    from qwen_fleet.plan.parallel import expert_params_billion  # parallel.py imports this module
+
+    stage_share = cdiv(model.num_layers, pp) / model.num_layers
+    experts = expert_params_billion(model) * 1e9 * bytes_per_param * stage_share
+    return int(experts / tp - experts / (tp * dp))
 
 
 def weight_bytes(model: ModelFacts, dtype: str = "auto", quantization: str | None = None) -> int:
@@ -235,9 +251,10 @@ def plan_capacity(inp: CapacityInput) -> Capacity:
         )
         quant = None
     tp_ok, pp_ok = max(tp, 1), max(pp, 1)
-    weights = max(
-        0, weight_bytes_per_gpu(model, tp_ok, pp_ok, inp.dtype, quant) - int(inp.cpu_offload_gib * GIB)
-    )
+    weights = weight_bytes_per_gpu(model, tp_ok, pp_ok, inp.dtype, quant)
+    if inp.expert_parallel and inp.data_parallel > 1:
+        weights -= expert_bytes_moved_per_gpu(model, tp_ok, pp_ok, inp.data_parallel, _bytes_per_param(inp, quant))
+    weights = max(0, weights - int(inp.cpu_offload_gib * GIB))
     overhead = (
         int(inp.overhead_gib * GIB)
         if inp.overhead_gib is not None

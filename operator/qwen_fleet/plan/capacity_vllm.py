@@ -16,6 +16,11 @@ tests/contract/test_capacity_vs_vllm.py). What it mirrors, in vLLM 0.32's source
 * grouping (``_get_kv_cache_groups_uniform_page_size``): layers of one kind are split into groups of
   ``min(#full, #linear)`` layers (or the max when the two counts are within 1.5x); one block of the pool
   holds one page for every layer of a group, so ``bytes_per_block = layers_per_group x page``.
+* the CPU platform (``CpuPlatform.check_and_update_config``): on a CPU with AVX-512 BF16 (or AMX), where
+  ``torch.cpu._is_avx512_bf16_supported()`` is true, an ``auto`` SSM-state dtype becomes ``float32`` for the
+  accelerated Gated DeltaNet kernels ("Reset SSM cache type to float32"); elsewhere it stays the model dtype.
+  The state page then doubles its recurrent part, so the aligned block and the token count change with the
+  CPU: ``cpu_kv_cache_tokens(..., avx512_bf16=...)`` takes that as an input. GPUs have no such rule.
 * ``num_blocks = kv_bytes // bytes_per_block``; a request of ``max_model_len`` tokens needs
   ``cdiv(max_model_len, block_size)`` blocks per attention group plus 1 block per state group (2 when
   prefix caching puts the state cache in ``align`` mode); the engine logs
@@ -226,11 +231,21 @@ def aligned_hybrid_block_size(block_size: int, token_page: int, state_page: int,
     return max(block_size, needed)
 
 
+def cpu_mamba_ssm_cache_dtype(requested: str = "auto", *, avx512_bf16: bool) -> str:
+    """The SSM-state dtype the CPU engine keeps: vLLM 0.32's CPU platform sets ``float32`` where the CPU has
+    AVX-512 BF16 and the request is ``auto`` (an explicit float16/bfloat16 is kept only for its 'gdn' state
+    backend; we keep what was asked)."""
+    if avx512_bf16 and requested == "auto":
+        return "float32"
+    return requested
+
+
 def cpu_kv_cache_tokens(
     model: ModelFacts,
     kv_space_bytes: int,
     max_model_len: int | None = None,
     *,
+    avx512_bf16: bool,
     block_size: int | None = None,
     kv_cache_dtype: str = "auto",
     dtype: str = "auto",
@@ -241,6 +256,8 @@ def cpu_kv_cache_tokens(
 
     On CPU the KV space is set explicitly (``VLLM_CPU_KVCACHE_SPACE`` GiB or ``--kv-cache-memory-bytes``),
     so there is nothing to estimate: the figure is exact. ``max_model_len`` defaults to the native context.
+    ``avx512_bf16`` says whether the CPU that runs the engine has AVX-512 BF16: it decides the SSM-state
+    dtype of hybrid models (see the module docstring); models without linear attention do not depend on it.
     """
     pool = kv_pool(
         model,
@@ -249,6 +266,6 @@ def cpu_kv_cache_tokens(
         kv_cache_dtype=kv_cache_dtype,
         dtype=dtype,
         prefix_caching=prefix_caching,
-        mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
+        mamba_ssm_cache_dtype=cpu_mamba_ssm_cache_dtype(mamba_ssm_cache_dtype, avx512_bf16=avx512_bf16),
     )
     return pool.capacity_tokens(kv_space_bytes, max_model_len or model.native_context)

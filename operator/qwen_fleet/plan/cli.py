@@ -19,7 +19,13 @@ from qwen_fleet.plan.capacity import (
     suggest_batching,
     valid_tensor_sizes,
 )
-from qwen_fleet.plan.planner import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION, capacity_input, gpu_memory_gib
+from qwen_fleet.plan.parallel import format_layout, parallel_problems, parallel_warnings
+from qwen_fleet.plan.planner import (
+    VLLM_DEFAULT_GPU_MEMORY_UTILIZATION,
+    capacity_input,
+    gpu_memory_gib,
+    layout_of,
+)
 
 
 def _print_details(caps: list[Capacity]) -> None:
@@ -37,7 +43,7 @@ def _from_file(path: str) -> int:
     except (OSError, yaml.YAMLError) as err:
         print(f"qwen-fleet: cannot read {path}: {err}", file=sys.stderr)
         return 1
-    caps = []
+    caps, refused = [], False
     for doc in docs:
         try:
             cr = QwenInference.model_validate({k: v for k, v in doc.items() if k != "status"})
@@ -51,10 +57,30 @@ def _from_file(path: str) -> int:
             why = "model not in the catalog" if inp is None else "GPU memory unknown (gpu.product/memoryGiB)"
             print(f"{cr.name}: {cr.spec.model.name}: not planned: {why}")
             continue
-        caps.append(plan_capacity(inp))
+        cap = plan_capacity(inp)
+        caps.append(cap)
+        refused |= _print_layout(cr, cap)
     if caps:
         _print_details(caps)
-    return 1 if any(c.problems for c in caps) else 0
+    return 1 if refused or any(c.problems for c in caps) else 0
+
+
+def _print_layout(cr: QwenInference, cap: Capacity) -> bool:
+    """Where a replica's ranks sit and what each GPU holds; True when the layout itself is refused."""
+    layout, model = layout_of(cr.spec), cap.input.model
+    print(f"{cr.name}:")
+    for line in format_layout(layout, model.num_layers):
+        print(f"  {line}")
+    gib = 1024**3
+    print(f"    per GPU: weights {cap.weight_bytes_per_gpu / gib:.2f} GiB, KV cache "
+          f"{cap.kv_cache_bytes_per_gpu / gib:.2f} GiB; per replica: {layout.data} engine(s) x "
+          f"{cap.kv_cache_tokens:,} KV tokens")
+    problems = parallel_problems(model, layout)
+    for problem in problems:
+        print(f"  {model.name}: {problem.reason}: {problem.message}")
+    for warning in parallel_warnings(model, layout):
+        print(f"  {model.name}: warning: {warning}")
+    return bool(problems)
 
 
 def plan_command(args: argparse.Namespace) -> int:

@@ -7,9 +7,13 @@ is never blocked: the plan says it was skipped, with a warning.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from qwen_fleet.api.resource import CapacityStatus, QwenInferenceSpec
 from qwen_fleet.catalog import find_gpu, find_model
 from qwen_fleet.plan.capacity import Capacity, CapacityInput, Problem, plan_capacity
+from qwen_fleet.plan.parallel import Layout, parallel_problems, parallel_warnings
+from qwen_fleet.plan.serving import effective_context, mtp_layers
 
 GIB = 1024**3
 # vLLM 0.32's --gpu-memory-utilization default (read from its argument parser by the contract test).
@@ -29,10 +33,15 @@ def capacity_input(spec: QwenInferenceSpec, memory_gib: float) -> CapacityInput 
         return None
     engine = spec.engine
     return CapacityInput(
-        model=model,
+        # YaRN raises the context; an MTP draft adds one full-attention layer of KV cache per token.
+        model=replace(model, native_context=effective_context(spec, model),
+                      num_layers=model.num_layers + mtp_layers(spec, model),
+                      full_attention_layers=model.full_attention_layers + mtp_layers(spec, model)),
         gpu_memory_gib=memory_gib,
         tensor_parallel=spec.parallelism.tensor,
         pipeline_parallel=spec.parallelism.pipeline,
+        data_parallel=spec.parallelism.data,
+        expert_parallel=spec.parallelism.expert,
         gpu_memory_utilization=engine.gpu_memory_utilization or VLLM_DEFAULT_GPU_MEMORY_UTILIZATION,
         max_model_len=engine.max_model_len,
         max_num_seqs=engine.max_num_seqs,
@@ -60,7 +69,32 @@ def to_status(cap: Capacity, memory_gib: float) -> CapacityStatus:
     )
 
 
+def layout_of(spec: QwenInferenceSpec) -> Layout:
+    p = spec.parallelism
+    return Layout(tensor=p.tensor, pipeline=p.pipeline, data=p.data, expert=p.expert, nodes=p.nodes)
+
+
 def assess(spec: QwenInferenceSpec) -> tuple[CapacityStatus | None, list[Problem], list[str]]:
+    if spec.device == "CPU":
+        # The planner models GPU memory (weights and KV cache per GPU); on CPU the KV cache is a size the
+        # user gives vLLM (VLLM_CPU_KVCACHE_SPACE) and the container's memory limit bounds the rest.
+        return None, [], []
+    model = find_model(spec.model.name)
+    if model is None:
+        if spec.parallelism.expert:
+            warning = (f"{spec.model.name} is not in the catalog: whether it has experts for "
+                       "parallelism.expert is not checked (vLLM refuses expert parallelism for dense models)")
+            return CapacityStatus(source="unknown", warnings=[warning]), [], [warning]
+        return _assess_known(spec)
+    status, problems, warnings = _assess_known(spec)
+    layout = layout_of(spec)
+    extra = parallel_warnings(model, layout)
+    if status is not None and extra:
+        status = status.model_copy(update={"warnings": [*status.warnings, *extra]})
+    return status, [*parallel_problems(model, layout), *problems], [*warnings, *extra]
+
+
+def _assess_known(spec: QwenInferenceSpec) -> tuple[CapacityStatus | None, list[Problem], list[str]]:
     if find_model(spec.model.name) is None:
         warning = (f"{spec.model.name} is not in the catalog: capacity not planned (the weights, KV cache and "
                    "tensor-size checks were skipped)")

@@ -17,27 +17,22 @@ from typing import Any
 from pydantic import ValidationError
 
 from qwen_fleet.api import API_VERSION, KIND, QwenInference
+from qwen_fleet.api.messages import validation_message
 from qwen_fleet.config import OperatorConfig
 from qwen_fleet.plan import Plan, make_plan
-from qwen_fleet.reconcile.drift import drift
+from qwen_fleet.reconcile.changes import HANDOVER_MANAGER, ChangeSet, plan_changes
 from qwen_fleet.reconcile.kube import KubeClient, KubeError
 from qwen_fleet.reconcile.queue import Key
 from qwen_fleet.reconcile.status import Observed, Outcome, compute_status, status_patch
 from qwen_fleet.reconcile.store import ChildKey, Store, nccl_status
+from qwen_fleet.reconcile.workload import LWS, missing_capability, rollout_view, workload_kind
 from qwen_fleet.render import Capabilities, render_children
 from qwen_fleet.render.common import endpoint_url, selector_string
 
 log = logging.getLogger("qwen_fleet.reconcile")
 
-# Kinds the operator may delete when the spec stops asking for them (never the Deployment or Service).
-PRUNABLE = {"HorizontalPodAutoscaler", "PodDisruptionBudget", "ServiceMonitor", "PrometheusRule", "ConfigMap",
-            "PersistentVolumeClaim"}
-_API_VERSIONS = {"HorizontalPodAutoscaler": "autoscaling/v2", "PodDisruptionBudget": "policy/v1",
-                 "ServiceMonitor": "monitoring.coreos.com/v1", "PrometheusRule": "monitoring.coreos.com/v1",
-                 "ConfigMap": "v1", "PersistentVolumeClaim": "v1"}
-
 # Ready reasons that deserve a Warning Event when they appear (see reconcile/status.py).
-TROUBLE = {"NCCLPreflightFailed", "PodsPending", "CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull",
+TROUBLE = {"NCCLPreflightFailed", "EngineFailed", "PodsPending", "CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull",
            "InvalidImageName", "CreateContainerConfigError", "Retrying", "FailedCreate"}
 
 EmitEvent = Callable[[dict[str, Any], str, str, str], None]  # (resource, type, reason, message)
@@ -45,15 +40,6 @@ EmitEvent = Callable[[dict[str, Any], str, str, str], None]  # (resource, type, 
 
 class RetryLater(Exception):
     """The reconcile hit a transient problem (API unavailable, conflict); the key is retried with backoff."""
-
-
-def validation_message(err: ValidationError) -> str:
-    parts = []
-    for e in err.errors()[:3]:
-        where = ".".join(str(p) for p in e.get("loc", ()))
-        msg = str(e.get("msg", "")).removeprefix("Value error, ")
-        parts.append(f"{where}: {msg}" if where else msg)
-    return "; ".join(parts)
 
 
 async def _all(calls: Iterable[Awaitable[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -98,6 +84,7 @@ class Controller:
         self.capabilities = Capabilities(
             service_monitor=await self.kube.api_exists("monitoring.coreos.com/v1", "servicemonitors"),
             prometheus_rule=await self.kube.api_exists("monitoring.coreos.com/v1", "prometheusrules"),
+            leader_worker_set=await self.kube.api_exists(LWS.api_version, LWS.plural),
         )
 
     async def reconcile(self, key: Key) -> Result | None:
@@ -121,81 +108,61 @@ class Controller:
             if plan.problems:
                 outcome = Outcome.stalled(plan.problems[0].reason, " ".join(p.message for p in plan.problems))
             else:
-                outcome = Outcome.applied()
+                outcome = missing_capability(plan, self.capabilities) or Outcome.applied()
         result = Result(outcome)
         observed = self.store.children(key)
         refused = self.refused.get(key)
-        if outcome.kind == "applied" and refused is not None and refused[:2] == (uid, generation):
+        held = outcome.kind == "applied" and refused is not None and refused[:2] == (uid, generation)
+        if held and refused is not None:
             result.outcome = refused[2]
-        elif cr is not None and plan is not None and outcome.kind == "applied":
-            try:
-                await self._apply(key, cr, plan, observed, result)
-            except KubeError as err:
-                if err.namespace_terminating:
-                    log.info("%s/%s: namespace %s is being deleted; leaving the fleet to it", key[0], key[1], key[0])
-                    self.terminating[key] = uid
-                    return None
-                if err.transient or err.status == 403:
-                    result.outcome = Outcome.retrying(f"{err.status} {err.reason}: {err.message}"[:1000])
-                else:  # the apiserver refused what we rendered: a spec the CRD let through but cannot work
-                    result.outcome = Outcome.stalled("ApplyRejected", err.message[:2000])
-                    self.refused[key] = (uid, generation, result.outcome)
-            else:
+        desired = render_children(cr, plan, self.capabilities) if plan is not None and cr is not None \
+            and outcome.kind == "applied" else None
+        try:
+            await self._execute(key, plan_changes(desired, observed, refused=held), observed, result)
+        except KubeError as err:
+            if err.namespace_terminating:
+                log.info("%s/%s: namespace %s is being deleted; leaving the fleet to it", key[0], key[1], key[0])
+                self.terminating[key] = uid
+                return None
+            if err.transient or err.status == 403:
+                result.outcome = Outcome.retrying(f"{err.status} {err.reason}: {err.message}"[:1000])
+            else:  # the apiserver refused what we rendered: a spec the CRD let through but cannot work
+                result.outcome = Outcome.stalled("ApplyRejected", err.message[:2000])
+                self.refused[key] = (uid, generation, result.outcome)
+        else:
+            if desired is not None and not held:
                 self.refused.pop(key, None)
         await self._write_status(key, raw, generation, result, plan, observed, cr)
         if result.outcome.kind == "retrying":
             raise RetryLater(result.outcome.message)
         return result
 
-    async def _apply(self, key: Key, cr: QwenInference, plan: Plan, observed: dict[ChildKey, dict[str, Any]],
-                     result: Result) -> None:
-        desired = render_children(cr, plan, self.capabilities)
-        wanted = {(obj["kind"], obj["metadata"]["name"]) for obj in desired}
-        changes = []
-        for obj in desired:
-            current = observed.get((obj["kind"], obj["metadata"]["name"]))
-            diffs = None if current is None else drift(obj, current)
-            if current is None or diffs:
-                changes.append((obj, current, diffs))
-        if observed and len(changes) > 1:
-            # A running fleet is never left half-changed: every change is checked first (server-side dry run:
-            # admission and validation, nothing stored) and none is made if one is refused. Only changes pay.
-            await _all(self.kube.apply(obj, dry_run=True) for obj, _, _ in changes)
-        new_fleet = not observed
-        if new_fleet and len(changes) > 1:
-            # A new fleet: the Deployment first, then the rest together. The Deployment carries nearly everything
-            # a user can get wrong that the CRD cannot check (and what admission policies look at); refused, it
-            # leaves nothing behind. Should one of the rest be refused, what this reconcile created is deleted
-            # again, so a new fleet is never half-made either, and the happy path costs no extra round trip.
-            # (Its pods wait a moment for the preflight ConfigMap or the cache claim that follow.)
-            first = [c for c in changes if c[0]["kind"] == "Deployment"]
-            rest = [c for c in changes if c[0]["kind"] != "Deployment"]
-            batches = [first, rest] if first else [rest]
-        else:
-            batches = [changes]
-        for batch in batches:  # the requests of a batch go out together: a reconcile waits one round trip
-            results = await asyncio.gather(*(self.kube.apply(obj) for obj, _, _ in batch), return_exceptions=True)
-            for (obj, current, diffs), done in zip(batch, results, strict=True):
+    async def _execute(self, key: Key, changes: ChangeSet, observed: dict[ChildKey, dict[str, Any]],
+                       result: Result) -> None:
+        """Carry a ChangeSet out (changes.py decides; this only talks to the API)."""
+        if changes.dry_run:
+            await _all(self.kube.apply(a.obj, dry_run=True) for a in changes.dry_run)
+        for obj in changes.handover:
+            await self.kube.apply(obj, field_manager=HANDOVER_MANAGER)
+        for batch in changes.batches:  # the requests of a batch go out together: a reconcile waits one round trip
+            results = await asyncio.gather(*(self.kube.apply(a.obj) for a in batch), return_exceptions=True)
+            for change, done in zip(batch, results, strict=True):
                 if isinstance(done, BaseException):
                     continue
-                ckey = (obj["kind"], obj["metadata"]["name"])
                 self.store.remember_write(key, done)
-                observed[ckey] = done
-                what = "created" if current is None else "updated " + ", ".join((diffs or [])[:3])
-                result.applied.append(f"{obj['kind']}/{ckey[1]} {what}")
+                observed[change.key] = done
+                result.applied.append(change.describe())
             failed = next((r for r in results if isinstance(r, BaseException)), None)
             if failed is None:
                 continue
-            if new_fleet and isinstance(failed, KubeError) and not failed.transient and failed.status != 403:
+            if changes.undo_on_refusal and isinstance(failed, KubeError) and not failed.transient \
+                    and failed.status != 403:
                 await self._undo(key, observed, result)
             raise failed
-        for ckey, obj in list(observed.items()):
-            if ckey in wanted or ckey[0] not in PRUNABLE:
-                continue
-            meta = obj.get("metadata") or {}
-            await self.kube.delete(_API_VERSIONS[ckey[0]], ckey[0], key[0], ckey[1], meta.get("uid"))
-            del observed[ckey]
-            result.deleted.append(f"{ckey[0]}/{ckey[1]}")
+        for prune in changes.prune:
+            await self.kube.delete(prune.api_version, prune.kind, key[0], prune.name, prune.uid)
+            observed.pop((prune.kind, prune.name), None)
+            result.deleted.append(f"{prune.kind}/{prune.name}")
 
     async def _undo(self, key: Key, observed: dict[ChildKey, dict[str, Any]], result: Result) -> None:
         """Delete the children a reconcile of a new fleet created before the apiserver refused another."""
@@ -209,7 +176,9 @@ class Controller:
                             plan: Plan | None, observed: dict[ChildKey, dict[str, Any]],
                             cr: QwenInference | None) -> None:
         pods = self.store.pods(key)
-        view = Observed(deployment=observed.get(("Deployment", key[1])),
+        # The workload the spec asks for (during a migration, the new one: Ready only once it is).
+        kind = workload_kind(plan.nodes) if plan is not None else "Deployment"
+        view = Observed(deployment=rollout_view(observed.get((kind, key[1]))),
                         hpa=observed.get(("HorizontalPodAutoscaler", key[1])), pods=pods, nccl=nccl_status(pods))
         old = raw.get("status") or {}
         new = compute_status(old, generation, result.outcome, plan, view, _now(),

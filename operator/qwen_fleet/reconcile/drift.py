@@ -2,7 +2,11 @@
 
 The operator writes only on a difference, so an unchanged fleet costs zero API writes (also after a
 restart). The comparison is "desired is contained in observed": the apiserver adds defaults and other
-managers add their own fields (an annotation, a sidecar, the HPA's replicas), which are not drift. Lists of
+managers add their own fields (an annotation, a sidecar, the HPA's replicas), which are not drift.
+Containment alone cannot see a field the spec no longer asks for (the child still holds everything we ask
+for, and more); that is what the rendered-hash annotation is for (render/stamp.py): every desired object
+carries the hash of itself, so an object rendered differently from the last applied one (a removal included)
+differs in that annotation, and the apply that follows lets server-side apply drop what we no longer send. Lists of
 named items match by name, as server-side apply merges them; other lists (args, command) must be equal.
 Quantities compare by value, since the apiserver rewrites e.g. 0.5 as 500m.
 """

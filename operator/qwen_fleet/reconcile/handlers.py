@@ -2,45 +2,41 @@
 
 Triggers (all of them only enqueue the resource's key):
 - every watch event of a QwenInference: the initial listing after a (re)start, creation, any change;
-- every watch event of a child (Deployment, Service, HPA, PDB, ConfigMap, PVC, ServiceMonitor,
-  PrometheusRule) or of a fleet pod: a deleted or hand-edited child is restored at once;
+- every watch event of a child (every kind in reconcile/kinds.py) or of a fleet pod: a deleted or
+  hand-edited child is restored at once;
 - a resync timer over all resources (level-based safety net; also picks up newly installed optional CRDs).
 Only low-level kopf handlers are used (event handlers and indexes), so kopf itself writes nothing to the
 resources: no finalizers, no progress annotations. Deletion is left to ownerReference garbage collection.
+
+Nothing happens at import: ``register`` puts the handlers into a registry the caller owns (run.py), around one
+``Runtime`` made from the configuration it was given. With leader election on, every replica watches (its
+view stays warm) but only the Lease holder's workers run (reconcile/leader.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from typing import Any
 
 import kopf
 
 from qwen_fleet.api import GROUP, KIND, PLURAL, VERSION
 from qwen_fleet.config import MANAGED_BY, OperatorConfig
-from qwen_fleet.reconcile import kopf_patches, metrics
+from qwen_fleet.reconcile import metrics
 from qwen_fleet.reconcile.controller import Controller, RetryLater
 from qwen_fleet.reconcile.events import EventSender
+from qwen_fleet.reconcile.kinds import CHILD_KINDS
 from qwen_fleet.reconcile.kopf_storage import NoDiffBase
 from qwen_fleet.reconcile.kube import KubeClient
+from qwen_fleet.reconcile.leader import LeaderElector, LeaseTimings
 from qwen_fleet.reconcile.queue import Key, WorkQueue
 from qwen_fleet.reconcile.store import Store, compact_child, instance_key, owner_key, pod_summary
 from qwen_fleet.render.common import INSTANCE_LABEL, MANAGED_BY_LABEL
 
-kopf_patches.apply()  # before kopf starts: start-up over many objects in linear, not quadratic, time
 log = logging.getLogger("qwen_fleet.operator")
 
-CHILD_RESOURCES = (
-    ("apps", "v1", "deployments"),
-    ("", "v1", "services"),
-    ("autoscaling", "v2", "horizontalpodautoscalers"),
-    ("policy", "v1", "poddisruptionbudgets"),
-    ("", "v1", "configmaps"),
-    ("", "v1", "persistentvolumeclaims"),
-    ("monitoring.coreos.com", "v1", "servicemonitors"),
-    ("monitoring.coreos.com", "v1", "prometheusrules"),
-)
 MANAGED = {MANAGED_BY_LABEL: MANAGED_BY}
 COALESCE_SECONDS = 0.5
 
@@ -48,29 +44,26 @@ COALESCE_SECONDS = 0.5
 class Runtime:
     """State of one operator process, created at startup."""
 
-    def __init__(self) -> None:
-        self.config = OperatorConfig.from_env()
+    def __init__(self, config: OperatorConfig) -> None:
+        self.config = config
         self.store = Store()
         self.queue = WorkQueue()
         self.kube: KubeClient | None = None
         self.controller: Controller | None = None
-        self.tasks: list[asyncio.Task[None]] = []
+        self.tasks: list[asyncio.Task[None]] = []  # workers and resync: only while leading
+        self.election: asyncio.Task[None] | None = None
+        self.elector: LeaderElector | None = None
         self.events: EventSender | None = None
-
-
-RUNTIME = Runtime()
+        self.stop_flag = threading.Event()  # kopf.run stops when it is set (leadership lost)
+        self.exit_code = 0
 
 
 def _resource_key(body: Any) -> Key:
     return (str(body["metadata"].get("namespace") or ""), str(body["metadata"]["name"]))
 
 
-# --- startup and shutdown -----------------------------------------------------------------------------------
-
-@kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
+def _configure_kopf(settings: kopf.OperatorSettings, cfg: OperatorConfig) -> None:
     """Every kopf setting in one place."""
-    cfg = RUNTIME.config
     # Only our explicit Events reach the cluster; kopf's per-object log lines stay in the log.
     settings.posting.level = logging.WARNING
     settings.posting.loggers = False
@@ -89,109 +82,164 @@ async def configure(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     settings.watching.server_timeout = 600  # periodic relists bound any missed event
     settings.execution.max_workers = cfg.workers
     settings.queueing.worker_limit = None  # per-object workers are cheap coroutines
-    # kopf hands every index to handlers as a keyword argument named after the index.
-    RUNTIME.store.children_indexes = [kwargs[f"children_{plural}"] for _, _, plural in CHILD_RESOURCES]
-    RUNTIME.store.pods_index = kwargs["pods_index"]
-    # Twice the workers: a reconcile sends the requests of a batch together, and Events go out beside them.
-    RUNTIME.kube = KubeClient.from_environment(workers=2 * cfg.workers)
-    RUNTIME.events = EventSender(RUNTIME.kube.post_event)
-    RUNTIME.events.start()
-    RUNTIME.controller = Controller(RUNTIME.kube, cfg, RUNTIME.store, emit=_emit)
-    await RUNTIME.controller.refresh_capabilities()
-    metrics.start(cfg.metrics_port, RUNTIME)
-    for i in range(cfg.workers):
-        RUNTIME.tasks.append(asyncio.create_task(_worker(i), name=f"qwen-fleet-worker-{i}"))
-    RUNTIME.tasks.append(asyncio.create_task(_resync(), name="qwen-fleet-resync"))
-    log.info("qwen-fleet operator started: %d workers, resync every %ds, capabilities %s", cfg.workers,
-             cfg.resync_seconds, RUNTIME.controller.capabilities)
 
 
-@kopf.on.cleanup()
-async def shutdown(**_: Any) -> None:
-    for task in RUNTIME.tasks:
+def _start_work(rt: Runtime) -> None:
+    """Workers and the resync timer: what writes. Without leader election at once, else once leading."""
+    for i in range(rt.config.workers):
+        rt.tasks.append(asyncio.create_task(_worker(rt, i), name=f"qwen-fleet-worker-{i}"))
+    rt.tasks.append(asyncio.create_task(_resync(rt), name="qwen-fleet-resync"))
+    for key in list(rt.store.resources):  # a new leader looks at everything once (unchanged: no writes)
+        rt.queue.add(key)
+
+
+async def _stop_work(rt: Runtime) -> None:
+    for task in rt.tasks:
         task.cancel()
-    await asyncio.gather(*RUNTIME.tasks, return_exceptions=True)
-    if RUNTIME.events is not None:
-        await RUNTIME.events.stop()
-    if RUNTIME.kube is not None:
-        RUNTIME.kube.close()
+    await asyncio.gather(*rt.tasks, return_exceptions=True)
+    rt.tasks.clear()
 
 
-@kopf.on.probe(id="queue")
-async def queue_depth(**_: Any) -> int:
-    return len(RUNTIME.queue)
+async def _elect(rt: Runtime) -> None:
+    assert rt.elector is not None
+
+    async def started() -> None:
+        _start_work(rt)
+
+    async def stopped() -> None:
+        # Not the leader any more: no write may follow. Stop the workers at once and end the process (its
+        # pod restarts it as a standby), as client-go's leaderelection does.
+        await _stop_work(rt)
+        rt.exit_code = 1
+        rt.stop_flag.set()
+
+    await rt.elector.run(started, stopped)
 
 
-def _emit(resource: dict[str, Any], type_: str, reason: str, message: str) -> None:
+def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
+    """Put every handler of the operator into ``registry``, working on ``rt``."""
+    _register_lifecycle(registry, rt)
+    _register_watches(registry, rt)
+
+
+def _register_lifecycle(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
+    on = kopf.on
+    # kopf's default registry brings its login handlers; an own registry needs the one it uses named: the
+    # official client's (in-cluster credentials or the kubeconfig, like KubeClient).
+    on.login(registry=registry)(kopf.login_via_client)
+
+    @on.startup(registry=registry)
+    async def configure(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
+        cfg = rt.config
+        _configure_kopf(settings, cfg)
+        # kopf hands every index to handlers as a keyword argument named after the index.
+        rt.store.children_indexes = [kwargs[f"children_{child.plural}"] for child in CHILD_KINDS]
+        rt.store.pods_index = kwargs["pods_index"]
+        # Twice the workers: a reconcile sends the requests of a batch together, and Events go out beside them.
+        rt.kube = KubeClient.from_environment(workers=2 * cfg.workers, identity=cfg.identity)
+        rt.events = EventSender(rt.kube.post_event)
+        rt.events.start()
+        rt.controller = Controller(rt.kube, cfg, rt.store, emit=lambda *a: _emit(rt, *a))
+        await rt.controller.refresh_capabilities()
+        metrics.start(cfg.metrics_port, rt)
+        if cfg.leader_election:
+            timings = LeaseTimings(cfg.lease_duration_seconds, cfg.lease_renew_deadline_seconds,
+                                   cfg.lease_retry_seconds)
+            rt.elector = LeaderElector(rt.kube, cfg.lease_name, cfg.lease_namespace, cfg.identity, timings)
+            rt.election = asyncio.create_task(_elect(rt), name="qwen-fleet-leader-election")
+        else:
+            _start_work(rt)
+        log.info("qwen-fleet operator started: %d workers, resync every %ds, capabilities %s, %s", cfg.workers,
+                 cfg.resync_seconds, rt.controller.capabilities,
+                 f"leader election on Lease {cfg.lease_namespace}/{cfg.lease_name} as {cfg.identity}"
+                 if cfg.leader_election else "no leader election")
+
+    @on.cleanup(registry=registry)
+    async def shutdown(**_: Any) -> None:
+        if rt.election is not None:
+            rt.election.cancel()
+            await asyncio.gather(rt.election, return_exceptions=True)
+        await _stop_work(rt)
+        if rt.events is not None:
+            await rt.events.stop()
+        if rt.elector is not None:
+            await rt.elector.release()  # after the last write: the standby may start at once
+        if rt.kube is not None:
+            rt.kube.close()
+
+    @on.probe(id="queue", registry=registry)
+    async def queue_depth(**_: Any) -> int:
+        return len(rt.queue)
+
+
+def _register_watches(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
+    on, index = kopf.on, kopf.index
+
+    @on.event(GROUP, VERSION, PLURAL, registry=registry)
+    async def resource_event(event: kopf.RawEvent, **_: Any) -> None:
+        body = event.get("object") or {}
+        if not body.get("metadata"):
+            return
+        key = _resource_key(body)
+        if event.get("type") == "DELETED":
+            rt.store.resources.pop(key, None)
+            metrics.forget(key)
+            return
+        rt.store.put_resource(key, dict(body))
+        rt.queue.add(key)
+
+    async def index_child(body: Any, **_: Any) -> dict[Key, str] | None:
+        owner = owner_key(body)
+        return {owner: compact_child(body)} if owner else None
+
+    async def child_event(event: kopf.RawEvent, **_: Any) -> None:
+        body = event.get("object") or {}
+        owner = owner_key(body)
+        if owner is None:
+            return
+        deleted = event.get("type") == "DELETED"
+        rt.store.child_event(owner, body, deleted=deleted)
+        if owner in rt.store.resources:
+            # A deleted child is restored at once; status changes of children come in bursts during a rollout
+            # (replicas, updated, ready, available ...): gathering them costs a fraction of a second and saves a
+            # status write per change.
+            if deleted:
+                rt.queue.add(owner)
+            else:
+                rt.queue.add_after(owner, COALESCE_SECONDS)
+
+    for child in CHILD_KINDS:
+        on.event(child.group, child.version, child.plural, labels=MANAGED, id=f"watch_{child.plural}",
+                 registry=registry)(child_event)
+        index(child.group, child.version, child.plural, labels=MANAGED, id=f"children_{child.plural}",
+              registry=registry)(index_child)
+
+    @index("", "v1", "pods", labels={INSTANCE_LABEL: kopf.PRESENT}, id="pods_index", registry=registry)
+    async def pods(body: Any, **_: Any) -> dict[Key, dict[str, Any]] | None:
+        key = instance_key(body)
+        return {key: pod_summary(body)} if key else None
+
+    @on.event("", "v1", "pods", labels={INSTANCE_LABEL: kopf.PRESENT}, registry=registry)
+    async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
+        key = instance_key(event.get("object") or {})
+        if key is not None and key in rt.store.resources:
+            rt.queue.add_after(key, COALESCE_SECONDS)
+
+
+def _emit(rt: Runtime, resource: dict[str, Any], type_: str, reason: str, message: str) -> None:
     """Queue an Event; it is posted behind the reconciles (events.py)."""
-    if RUNTIME.events is None:
+    if rt.events is None:
         return
     ref = {"apiVersion": resource.get("apiVersion", f"{GROUP}/{VERSION}"), "kind": resource.get("kind", KIND),
            "metadata": resource.get("metadata", {})}
-    RUNTIME.events.emit(ref, type_, reason, message)
-
-
-# --- watches -----------------------------------------------------------------------------------------------
-
-@kopf.on.event(GROUP, VERSION, PLURAL)
-async def resource_event(event: kopf.RawEvent, **_: Any) -> None:
-    body = event.get("object") or {}
-    if not body.get("metadata"):
-        return
-    key = _resource_key(body)
-    if event.get("type") == "DELETED":
-        RUNTIME.store.resources.pop(key, None)
-        metrics.forget(key)
-        return
-    RUNTIME.store.put_resource(key, dict(body))
-    RUNTIME.queue.add(key)
-
-
-async def _index_child(body: Any, **_: Any) -> dict[Key, str] | None:
-    owner = owner_key(body)
-    return {owner: compact_child(body)} if owner else None
-
-
-async def _child_event(event: kopf.RawEvent, **_: Any) -> None:
-    body = event.get("object") or {}
-    owner = owner_key(body)
-    if owner is None:
-        return
-    deleted = event.get("type") == "DELETED"
-    RUNTIME.store.child_event(owner, body, deleted=deleted)
-    if owner in RUNTIME.store.resources:
-        # A deleted child is restored at once; status changes of children come in bursts during a rollout
-        # (replicas, updated, ready, available ...): gathering them costs a fraction of a second and saves a
-        # status write per change.
-        if deleted:
-            RUNTIME.queue.add(owner)
-        else:
-            RUNTIME.queue.add_after(owner, COALESCE_SECONDS)
-
-
-for _group, _version, _plural in CHILD_RESOURCES:
-    kopf.on.event(_group, _version, _plural, labels=MANAGED, id=f"watch_{_plural}")(_child_event)
-    kopf.index(_group, _version, _plural, labels=MANAGED, id=f"children_{_plural}")(_index_child)
-
-
-@kopf.index("", "v1", "pods", labels={INSTANCE_LABEL: kopf.PRESENT}, id="pods_index")
-async def _pods(body: Any, **_: Any) -> dict[Key, dict[str, Any]] | None:
-    key = instance_key(body)
-    return {key: pod_summary(body)} if key else None
-
-
-@kopf.on.event("", "v1", "pods", labels={INSTANCE_LABEL: kopf.PRESENT})
-async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
-    key = instance_key(event.get("object") or {})
-    if key is not None and key in RUNTIME.store.resources:
-        RUNTIME.queue.add_after(key, COALESCE_SECONDS)
+    rt.events.emit(ref, type_, reason, message)
 
 
 # --- workers ----------------------------------------------------------------------------------------------
 
-async def _worker(index: int) -> None:
-    assert RUNTIME.controller is not None
-    controller, queue = RUNTIME.controller, RUNTIME.queue
+async def _worker(rt: Runtime, index: int) -> None:
+    assert rt.controller is not None
+    controller, queue = rt.controller, rt.queue
     while True:
         key = await queue.get()
         started = asyncio.get_running_loop().time()
@@ -207,21 +255,21 @@ async def _worker(index: int) -> None:
             log.exception("%s/%s: reconcile failed (%s); retrying in %.0fs", key[0], key[1], err, delay)
         else:
             queue.forget(key)
-            metrics.observe(key, None, started, result)
+            metrics.observe(key, None, started, result, rt.store.resources.get(key))
             if result is not None and (result.applied or result.deleted):
                 log.info("%s/%s: %s", key[0], key[1], "; ".join(result.applied + result.deleted))
         finally:
             queue.done(key)
 
 
-async def _resync() -> None:
-    assert RUNTIME.controller is not None
+async def _resync(rt: Runtime) -> None:
+    assert rt.controller is not None
     while True:
-        await asyncio.sleep(RUNTIME.config.resync_seconds)
+        await asyncio.sleep(rt.config.resync_seconds)
         try:
-            await RUNTIME.controller.refresh_capabilities()
+            await rt.controller.refresh_capabilities()
         except Exception as err:
             log.warning("capability check failed: %s", err)
-        RUNTIME.controller.refused.clear()  # a refused spec gets one more attempt per resync
-        for key in list(RUNTIME.store.resources):
-            RUNTIME.queue.add(key)
+        rt.controller.refused.clear()  # a refused spec gets one more attempt per resync
+        for key in list(rt.store.resources):
+            rt.queue.add(key)

@@ -20,20 +20,17 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
+from qwen_fleet import __version__
+from qwen_fleet.api import API_VERSION, KIND, PLURAL
 from qwen_fleet.config import FIELD_MANAGER
+from qwen_fleet.reconcile.kinds import CHILD_KINDS
 
-# apiVersion/kind -> plural, for every kind the operator reads or writes.
+# apiVersion/kind -> plural, for every kind the operator reads or writes: the children (kinds.py), its Events
+# and the resource itself.
 PLURALS: dict[tuple[str, str], str] = {
-    ("v1", "ConfigMap"): "configmaps",
-    ("v1", "Service"): "services",
-    ("v1", "PersistentVolumeClaim"): "persistentvolumeclaims",
+    **{(child.api_version, child.kind): child.plural for child in CHILD_KINDS},
     ("v1", "Event"): "events",
-    ("apps/v1", "Deployment"): "deployments",
-    ("autoscaling/v2", "HorizontalPodAutoscaler"): "horizontalpodautoscalers",
-    ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
-    ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitors",
-    ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrules",
-    ("qwenfleet.io/v1alpha1", "QwenInference"): "qweninferences",
+    (API_VERSION, KIND): PLURAL,
 }
 
 
@@ -107,8 +104,9 @@ class KubeClient:
         self.writes: Counter[str] = Counter()  # verb -> count, for metrics and the zero-writes proof
 
     @classmethod
-    def from_environment(cls, workers: int = 8, kubeconfig: str | None = None) -> KubeClient:
-        """In-cluster credentials in a pod; otherwise the kubeconfig (argument, $KUBECONFIG, ~/.kube/config)."""
+    def from_environment(cls, workers: int = 8, kubeconfig: str | None = None, identity: str = "") -> KubeClient:
+        """In-cluster credentials in a pod; otherwise the kubeconfig (argument, $KUBECONFIG, ~/.kube/config).
+        ``identity`` goes into the User-Agent, so the audit log tells the replicas of the operator apart."""
         configuration = k8s_client.Configuration()
         path = kubeconfig or os.environ.get("KUBECONFIG")
         try:
@@ -118,7 +116,9 @@ class KubeClient:
         except k8s_config.ConfigException:
             k8s_config.load_kube_config(config_file=path, client_configuration=configuration)
         configuration.connection_pool_maxsize = max(workers, 4)
-        return cls(k8s_client.ApiClient(configuration), workers=workers)
+        api = k8s_client.ApiClient(configuration)
+        api.user_agent = f"qwen-fleet/{__version__}" + (f" ({identity})" if identity else "")
+        return cls(api, workers=workers)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -157,12 +157,13 @@ class KubeClient:
 
     # --- verbs ----------------------------------------------------------------------------------------
 
-    async def apply(self, obj: Mapping[str, Any], dry_run: bool = False) -> dict[str, Any]:
+    async def apply(self, obj: Mapping[str, Any], dry_run: bool = False,
+                    field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
         """Server-side apply: we own exactly the fields we send; force takes back fields others changed.
         ``dry_run`` runs admission and validation without storing anything."""
         meta = obj["metadata"]
         path = object_path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
-        query = {"fieldManager": FIELD_MANAGER, "force": "true"}
+        query = {"fieldManager": field_manager, "force": "true"}
         if dry_run:
             query["dryRun"] = "All"
         result: dict[str, Any] = await self.request("PATCH", path, query, body=apply_body(obj),

@@ -34,19 +34,18 @@ def _result_label(result: Result | None) -> str:
     return "applied" if (result.applied or result.deleted) else "unchanged"
 
 
-def observe(key: Key, failure: str | None, started: float, result: Result | None) -> None:
+def observe(key: Key, failure: str | None, started: float, result: Result | None,
+            resource: dict[str, Any] | None = None) -> None:
+    """Count one reconcile; ``resource`` is the QwenInference as it is after it (for the Ready gauge)."""
     DURATION.observe(asyncio.get_running_loop().time() - started)
     RECONCILES.labels(failure or _result_label(result)).inc()
     if result is not None:
-        READY.labels(*key).set(0 if result.outcome.kind != "applied" else _ready(key))
+        READY.labels(*key).set(0 if result.outcome.kind != "applied" else _ready(resource))
         STALLED.labels(*key).set(1 if result.outcome.kind == "stalled" else 0)
 
 
-def _ready(key: Key) -> int:
-    from qwen_fleet.reconcile.handlers import RUNTIME
-
-    raw = RUNTIME.store.resources.get(key) or {}
-    conds = (raw.get("status") or {}).get("conditions") or []
+def _ready(resource: dict[str, Any] | None) -> int:
+    conds = ((resource or {}).get("status") or {}).get("conditions") or []
     return int(any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds))
 
 

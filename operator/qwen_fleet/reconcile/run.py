@@ -10,21 +10,20 @@ import kopf
 
 from qwen_fleet.api import GROUP, PLURAL, VERSION
 from qwen_fleet.config import OperatorConfig
+from qwen_fleet.reconcile.kinds import child_permissions
 
 # (verb, group, resource, subresource): what the operator cannot work without.
 REQUIRED = (
     ("watch", GROUP, PLURAL, ""),
     ("patch", GROUP, PLURAL, "status"),
-    ("watch", "apps", "deployments", ""),
-    ("patch", "apps", "deployments", ""),
-    ("patch", "", "services", ""),
-    ("patch", "autoscaling", "horizontalpodautoscalers", ""),
-    ("delete", "autoscaling", "horizontalpodautoscalers", ""),
-    ("patch", "policy", "poddisruptionbudgets", ""),
-    ("patch", "", "configmaps", ""),
+    *child_permissions(),
     ("watch", "", "pods", ""),
     ("create", "", "events", ""),
 )
+# With leader election, in the Lease's namespace: read it, create it the first time, renew it (asked with the
+# Lease's name: the chart grants get and update on that name only).
+LEASE_REQUIRED = (("get", "coordination.k8s.io", "leases", ""), ("create", "coordination.k8s.io", "leases", ""),
+                  ("update", "coordination.k8s.io", "leases", ""))
 
 
 def preflight(config: OperatorConfig) -> str | None:
@@ -57,10 +56,15 @@ def preflight(config: OperatorConfig) -> str | None:
             return f"cannot read the {GROUP} API: {err}"
         missing = []
         namespace = config.namespaces[0] if config.namespaces else ""
-        for verb, group, resource, sub in REQUIRED:
-            review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": {
-                "resourceAttributes": {"verb": verb, "group": group, "resource": resource, "subresource": sub,
-                                       "namespace": namespace}}}
+        checks = [(req, namespace, "") for req in REQUIRED]
+        if config.leader_election:
+            checks += [(req, config.lease_namespace, config.lease_name) for req in LEASE_REQUIRED]
+        for (verb, group, resource, sub), where, object_name in checks:
+            attributes = {"verb": verb, "group": group, "resource": resource, "subresource": sub, "namespace": where}
+            if object_name and verb != "create":
+                attributes["name"] = object_name
+            review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                      "spec": {"resourceAttributes": attributes}}
             answer = kube._request_sync("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
                                         body=review)
             if not (answer or {}).get("status", {}).get("allowed"):
@@ -92,12 +96,22 @@ def run_operator(verbose: bool = False) -> int:
     if problem:
         print(f"qwen-fleet: {problem}", file=sys.stderr)
         return 2
-    import qwen_fleet.reconcile.handlers  # noqa: F401  (registers the handlers)
+    if config.webhook_port > 0:  # before kopf: every replica answers the webhook, leader or not
+        from qwen_fleet.admission.server import start_from_config
 
+        start_from_config(config)
+    from qwen_fleet.reconcile import handlers, kopf_patches
+
+    kopf_patches.apply()  # before kopf starts: start-up over many objects in linear, not quadratic, time
+    registry = kopf.OperatorRegistry()
+    runtime = handlers.Runtime(config)
+    handlers.register(registry, runtime)
     kopf.run(
+        registry=registry,
+        stop_flag=runtime.stop_flag,
         standalone=True,
         clusterwide=not config.namespaces,
         namespaces=list(config.namespaces),
         liveness_endpoint=f"http://0.0.0.0:{config.liveness_port}/healthz" if config.liveness_port > 0 else None,
     )
-    return 0
+    return runtime.exit_code

@@ -95,6 +95,11 @@ def _rollout(plan: Plan, dep: dict[str, Any] | None, pods: tuple[dict[str, Any],
         if pod.get("unschedulable"):
             return "progressing", "PodsPending", f"pod {pod['name']} cannot be scheduled: {pod['unschedulable']}"
     for pod in pods:
+        if pod.get("engineExit"):
+            exit_ = pod["engineExit"]
+            return "progressing", "EngineFailed", (f"pod {pod['name']}: vLLM exited with code {exit_['exitCode']}: "
+                                                   f"{exit_['lines']}")
+    for pod in pods:
         if pod.get("waitingReason") in ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull",
                                         "InvalidImageName", "CreateContainerConfigError"):
             return "progressing", str(pod["waitingReason"]), f"pod {pod['name']}: {pod.get('waitingMessage', '')}"
@@ -167,6 +172,8 @@ def compute_status(old_status: dict[str, Any] | None, generation: int, outcome: 
         status["gpusPerReplica"] = plan.gpus_per_replica
         if plan.capacity is not None:
             status["capacity"] = plan.capacity.model_dump(by_alias=True, exclude_none=True, mode="json")
+        if plan.serving is not None:
+            status["serving"] = plan.serving.status().model_dump(by_alias=True, exclude_none=True, mode="json")
     if autoscaling:
         status["autoscaling"] = autoscaling
     if observed.nccl:

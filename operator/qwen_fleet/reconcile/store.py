@@ -10,6 +10,7 @@ between a write and its watch event does not write again.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,8 @@ from qwen_fleet.render.common import CONTAINER_NAME, INSTANCE_LABEL
 from qwen_fleet.render.deployment import PREFLIGHT_CONTAINER
 
 ChildKey = tuple[str, str]  # (kind, name)
+# A line that reports an error: "ValueError: ...", "pydantic_core...ValidationError: ...", "api_server.py: error: ..."
+_ERROR_LINE = re.compile(r"(Error|Exception)\b.*:|\berror: ")
 
 
 def owner_key(body: Mapping[str, Any]) -> Key | None:
@@ -53,9 +56,15 @@ def pod_summary(body: Mapping[str, Any]) -> dict[str, Any]:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
             out["unschedulable"] = cond.get("message") or cond.get("reason")
     for cs in st.get("containerStatuses") or []:
+        if cs.get("name") != CONTAINER_NAME:
+            continue
         waiting = (cs.get("state") or {}).get("waiting")
-        if cs.get("name") == CONTAINER_NAME and waiting:
+        if waiting:
             out["waitingReason"], out["waitingMessage"] = waiting.get("reason"), waiting.get("message", "")
+        term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+        if term and term.get("exitCode", 0) != 0 and not cs.get("ready"):
+            out["engineExit"] = {"exitCode": term.get("exitCode"), "reason": term.get("reason") or "",
+                                 "lines": error_lines(term.get("message") or "")}
     for cs in st.get("initContainerStatuses") or []:
         if cs.get("name") != PREFLIGHT_CONTAINER:
             continue
@@ -66,6 +75,18 @@ def pod_summary(body: Mapping[str, Any]) -> dict[str, Any]:
             report = parse_report(out["preflightReport"])
             out["preflightMessage"] = report.message if report else f"exit code {term.get('exitCode')}"
     return out
+
+
+def error_lines(log_tail: str, keep: int = 4, limit: int = 1000) -> str:
+    """The engine's own error from the tail of its log (the termination message): from the last line that
+    names an error (a Python exception, argparse's ``error:``), a few lines on, joined with `` | ``."""
+    lines = [line.strip() for line in log_tail.splitlines() if line.strip()]
+    start = max(0, len(lines) - keep)
+    for index in range(len(lines) - 1, max(-1, len(lines) - 16), -1):
+        if _ERROR_LINE.search(lines[index]):
+            start = index
+            break
+    return " | ".join(lines[start:start + keep])[:limit]
 
 
 def nccl_status(pods: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:

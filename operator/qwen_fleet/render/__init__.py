@@ -11,8 +11,10 @@ from qwen_fleet.render.autoscaler import render_hpa
 from qwen_fleet.render.deployment import render_deployment
 from qwen_fleet.render.disruption import render_pdb
 from qwen_fleet.render.extras import render_model_cache_claim, render_preflight_config_map
+from qwen_fleet.render.leaderworkerset import render_leader_worker_set
 from qwen_fleet.render.monitoring import render_prometheus_rule, render_service_monitor
 from qwen_fleet.render.service import render_service
+from qwen_fleet.render.stamp import stamped
 
 
 @dataclass(frozen=True)
@@ -21,20 +23,24 @@ class Capabilities:
 
     service_monitor: bool = False
     prometheus_rule: bool = False
+    leader_worker_set: bool = False  # multi-node replicas need it; without it such a spec is Stalled
 
 
-ALL_CAPABILITIES = Capabilities(service_monitor=True, prometheus_rule=True)
+ALL_CAPABILITIES = Capabilities(service_monitor=True, prometheus_rule=True, leader_worker_set=True)
 
 
 def render_children(cr: QwenInference, plan: Plan, caps: Capabilities) -> list[dict[str, Any]]:
-    """Every child the spec asks for, in apply order (things pods mount come before the Deployment)."""
+    """Every child the spec asks for, in apply order (things pods mount come before the Deployment), each
+    stamped with the hash of itself (stamp.py: how a removal from the spec reaches the child)."""
     spec = cr.spec
     children: list[dict[str, Any]] = []
     if spec.nccl.preflight.enabled:
         children.append(render_preflight_config_map(cr))
     if spec.model.cache is not None and spec.model.source.pvc is None:
         children.append(render_model_cache_claim(cr))
-    children.append(render_deployment(cr, plan))
+    # A replica spanning nodes is a LeaderWorkerSet group; a single-node replica keeps its Deployment.
+    multi_node = spec.parallelism.nodes > 1
+    children.append(render_leader_worker_set(cr, plan) if multi_node else render_deployment(cr, plan))
     children.append(render_service(cr))
     if spec.autoscaling.enabled:
         children.append(render_hpa(cr))
@@ -44,4 +50,4 @@ def render_children(cr: QwenInference, plan: Plan, caps: Capabilities) -> list[d
         children.append(render_service_monitor(cr))
     if spec.monitoring.prometheus_rule and caps.prometheus_rule:
         children.append(render_prometheus_rule(cr))
-    return children
+    return [stamped(child) for child in children]

@@ -33,6 +33,14 @@ def _rules(rules: ScalingRules) -> dict[str, Any]:
             "policies": [{"type": "Pods", "value": rules.pods, "periodSeconds": rules.period_seconds}]}
 
 
+def _scale_target(cr: QwenInference) -> dict[str, str]:
+    # A multi-node replica is an LWS group: its scale subresource counts groups, and its selector
+    # (status.hpaPodSelector) picks the leaders, the pods whose API server exports the queue metrics.
+    if cr.spec.parallelism.nodes > 1:
+        return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": cr.name}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "name": cr.name}
+
+
 def render_hpa(cr: QwenInference) -> dict[str, Any]:
     auto = cr.spec.autoscaling
     metrics = [_pods_metric(QUEUE_METRIC, _milli(auto.queue_depth.target_per_replica))]
@@ -45,7 +53,7 @@ def render_hpa(cr: QwenInference) -> dict[str, Any]:
         "kind": "HorizontalPodAutoscaler",
         "metadata": metadata(cr),
         "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": cr.name},
+            "scaleTargetRef": _scale_target(cr),
             "minReplicas": auto.min_replicas,
             "maxReplicas": auto.max_replicas or auto.min_replicas,
             "metrics": metrics,

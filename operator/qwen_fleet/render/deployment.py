@@ -63,9 +63,21 @@ def _env_var(var: Any) -> dict[str, Any]:
     return out
 
 
+# Engine settings the operator sets by default; an engine.env entry of the same name replaces ours.
+# VLLM_V1_OUTPUT_PROC_CHUNK_SIZE: the API server's output loop yields to the event loop only between chunks of
+# this many request outputs of one engine step (vLLM's default 128). When the engine steps faster than the
+# API server turns outputs into responses, a step holds fewer outputs than a chunk and the loop never yields:
+# /metrics, /health and new requests wait until the burst has drained, so every scrape sees an idle engine
+# and the queue-depth autoscaler reads 0 under load. 4 makes it yield within any batch of more than 4.
+# docs/vllm-contract.md ("Metrics under load") has the measurements.
+ENGINE_ENV_DEFAULTS: tuple[tuple[str, str], ...] = (("VLLM_V1_OUTPUT_PROC_CHUNK_SIZE", "4"),)
+
+
 def _server_env(cr: QwenInference) -> list[dict[str, Any]]:
     source = cr.spec.model.source
+    mine = {v.name for v in cr.spec.engine.env}
     env: list[dict[str, Any]] = [{"name": "HF_HOME", "value": HF_HOME}]
+    env += [{"name": name, "value": value} for name, value in ENGINE_ENV_DEFAULTS if name not in mine]
     if source.pvc is not None:
         env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
     elif source.hugging_face is not None and source.hugging_face.token_secret_ref is not None:
@@ -76,11 +88,15 @@ def _server_env(cr: QwenInference) -> list[dict[str, Any]]:
 
 
 def _resources(cr: QwenInference, plan: Plan) -> dict[str, Any]:
-    amounts: dict[str, str] = {cr.spec.gpu.resource_name: str(plan.gpus_per_replica)}
+    amounts: dict[str, str] = {}
+    if plan.gpus_per_pod:
+        amounts[cr.spec.gpu.resource_name] = str(plan.gpus_per_pod)
     if plan.cpu is not None:
         amounts["cpu"] = plan.cpu
     if plan.memory is not None:
         amounts["memory"] = plan.memory
+    if not amounts:
+        return {}
     # requests == limits: extended resources require it, and a GPU pod should not be CPU-throttled randomly.
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
@@ -149,8 +165,10 @@ def _placement(cr: QwenInference) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if node_selector:
         out["nodeSelector"] = node_selector
-    tolerations = [dict(GPU_TOLERATION)] + [t.model_dump(by_alias=True, exclude_none=True) for t in sched.tolerations]
-    out["tolerations"] = tolerations
+    gpu = [dict(GPU_TOLERATION)] if cr.spec.device == "GPU" else []  # a CPU fleet stays off GPU nodes
+    tolerations = gpu + [t.model_dump(by_alias=True, exclude_none=True) for t in sched.tolerations]
+    if tolerations:
+        out["tolerations"] = tolerations
     affinity = sched.affinity.model_dump(by_alias=True, exclude_none=True) if sched.affinity else {}
     if affinity:
         out["affinity"] = affinity
@@ -177,6 +195,9 @@ def render_deployment(cr: QwenInference, plan: Plan) -> dict[str, Any]:
         "volumeMounts": mounts,
         **_probes(cr),
         "securityContext": {"allowPrivilegeEscalation": False},
+        # When the engine exits with an error, the tail of its log becomes the termination message, so status
+        # can say why (a flag vLLM refuses, a max length the model does not allow) without reading logs.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if spec.rollout.pre_stop_seconds:
         container["lifecycle"] = {"preStop": {"sleep": {"seconds": spec.rollout.pre_stop_seconds}}}

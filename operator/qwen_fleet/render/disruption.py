@@ -1,4 +1,8 @@
-"""The PodDisruptionBudget: node drains take at most one replica at a time."""
+"""The PodDisruptionBudget: node drains take at most one replica at a time.
+
+For multi-node replicas it covers every pod of every group (leaders and workers carry the fleet's label): one
+eviction recreates that whole group (RecreateGroupOnPodRestart), and its pods count as unavailable until it is
+back, so no second group can be broken meanwhile; groups stay whole and at most one is down."""
 
 from __future__ import annotations
 

@@ -6,17 +6,49 @@ checks every parsed value against the spec.
 
 from __future__ import annotations
 
+import json
+
 from qwen_fleet.api import QwenInference
 from qwen_fleet.plan import Plan
+from qwen_fleet.plan.serving import ServingPlan
 from qwen_fleet.render.common import number
 
 SERVER_COMMAND = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+# Workers of a multi-node group run no API server: `vllm serve --headless` starts only their engine ranks
+# (the api_server module above has no headless mode; it would start a second API server).
+HEADLESS_WORKER_COMMAND = ["vllm", "serve"]
+# torch.distributed rendezvous of a multi-node group, on the leader (vLLM's --master-port).
+MASTER_PORT = 29500
+# Filled by the LeaderWorkerSet pod webhook into every container; the kubelet expands $(VAR) in args.
+LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"
+WORKER_INDEX = "$(LWS_WORKER_INDEX)"
 
 
 def _toggle(flag: str, value: bool | None) -> list[str]:
     if value is None:
         return []
     return [f"--{flag}"] if value else [f"--no-{flag}"]
+
+
+def _data_expert_args(cr: QwenInference) -> list[str]:
+    par = cr.spec.parallelism
+    args = []
+    if par.data > 1:
+        args += ["--data-parallel-size", str(par.data)]
+    if par.data_local is not None:
+        args += ["--data-parallel-size-local", str(par.data_local)]
+    if par.expert:
+        args.append("--enable-expert-parallel")
+    return args
+
+
+def multi_node_args(cr: QwenInference, *, leader: bool) -> list[str]:
+    """vLLM's own multi-node launch (no Ray): every pod names the group size, its rank and the leader's
+    rendezvous; vLLM derives each pod's slice of the (data, pipeline, tensor) world from them, data-parallel
+    ranks included (their address defaults to --master-addr)."""
+    args = ["--nnodes", str(cr.spec.parallelism.nodes), "--node-rank", "0" if leader else WORKER_INDEX,
+            "--master-addr", LEADER_ADDRESS, "--master-port", str(MASTER_PORT)]
+    return args if leader else [*args, "--headless"]
 
 
 def engine_args(cr: QwenInference, plan: Plan) -> list[str]:
@@ -31,6 +63,7 @@ def engine_args(cr: QwenInference, plan: Plan) -> list[str]:
         "--tensor-parallel-size", str(spec.parallelism.tensor),
         "--pipeline-parallel-size", str(spec.parallelism.pipeline),
     ]
+    args += _data_expert_args(cr)
     valued: list[tuple[str, object]] = [
         ("max-model-len", engine.max_model_len),
         ("max-num-seqs", engine.max_num_seqs),
@@ -55,4 +88,32 @@ def engine_args(cr: QwenInference, plan: Plan) -> list[str]:
     if spec.model.trust_remote_code:
         args.append("--trust-remote-code")
     args += ["--shutdown-timeout", str(engine.shutdown_timeout_seconds)]
+    if plan.serving is not None:
+        args += serving_args(plan.serving)
     return args + list(engine.extra_args)
+
+
+def serving_args(serving: ServingPlan) -> list[str]:
+    """The Qwen layer's flags: pooling runner, hf_overrides (reranker conversion, YaRN), parsers, thinking."""
+    args: list[str] = []
+    if serving.task == "embed":
+        args += ["--runner", "pooling", "--convert", "embed"]
+    elif serving.task == "score":
+        args += ["--runner", "pooling"]
+    if serving.hf_overrides:
+        args += ["--hf-overrides", json.dumps(serving.hf_overrides, sort_keys=True, separators=(",", ":"))]
+    if serving.reasoning_parser:
+        args += ["--reasoning-parser", serving.reasoning_parser]
+    if serving.tool_call_parser:
+        args += ["--enable-auto-tool-choice", "--tool-call-parser", serving.tool_call_parser]
+    if serving.speculative_tokens:
+        args += ["--speculative-config", json.dumps({"method": "mtp",
+                                                     "num_speculative_tokens": serving.speculative_tokens})]
+    if serving.adapters:
+        args += ["--enable-lora", "--max-loras", str(len(serving.adapters)), "--lora-modules",
+                 *(json.dumps({"name": name, "path": path}) for name, path in serving.adapters)]
+        if serving.max_lora_rank:
+            args += ["--max-lora-rank", str(serving.max_lora_rank)]
+    if serving.thinking is not None:
+        args += ["--default-chat-template-kwargs", json.dumps({"enable_thinking": serving.thinking})]
+    return args

@@ -1,0 +1,99 @@
+"""Where the locally built control-plane binaries live, and how to get them built.
+
+The binaries are built from the Go module proxy by ``hack/build-binaries.sh`` and cached outside the
+repository under ``$QF_CACHE/<component>/<version>/bin`` (default ``~/.cache/qwen-fleet``), so a fresh clone
+reuses them and CI rebuilds only when a version changes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from qwen_fleet import versions
+
+
+def cache_root() -> Path:
+    explicit = os.environ.get("QF_CACHE")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "qwen-fleet"
+
+
+def repo_root() -> Path | None:
+    """The source checkout this package runs from, if any (the build script lives there)."""
+    for parent in Path(__file__).resolve().parents:
+        if (parent / "hack" / "build-binaries.sh").exists():
+            return parent
+    return None
+
+
+@dataclass(frozen=True)
+class Binaries:
+    etcd: Path
+    kube_apiserver: Path
+    kube_controller_manager: Path
+    kube_scheduler: Path
+    kubectl: Path
+    kwok: Path
+    kwok_stages: Path
+    helm: Path
+    # The real node's programs (only a cluster with ``real_node=True`` needs them; see realnode.NodeBinaries).
+    kubelet: Path
+    kube_proxy: Path
+
+    def missing(self) -> list[Path]:
+        files = [self.etcd, self.kube_apiserver, self.kube_controller_manager, self.kube_scheduler,
+                 self.kubectl, self.kwok, self.helm]
+        gone = [p for p in files if not os.access(p, os.X_OK)]
+        if not self.kwok_stages.is_dir():
+            gone.append(self.kwok_stages)
+        return gone
+
+    def missing_node(self) -> list[Path]:
+        return [p for p in (self.kubelet, self.kube_proxy) if not os.access(p, os.X_OK)]
+
+
+def locate() -> Binaries:
+    root = cache_root()
+    k8s = root / "k8s" / versions.KUBERNETES / "bin"
+    kwok = root / "kwok" / versions.KWOK
+    return Binaries(
+        etcd=root / "etcd" / versions.ETCD / "bin" / "etcd",
+        kube_apiserver=k8s / "kube-apiserver",
+        kube_controller_manager=k8s / "kube-controller-manager",
+        kube_scheduler=k8s / "kube-scheduler",
+        kubectl=k8s / "kubectl",
+        kwok=kwok / "bin" / "kwok",
+        kwok_stages=kwok / "stages",
+        helm=root / "helm" / versions.HELM / "bin" / "helm",
+        kubelet=k8s / "kubelet",
+        kube_proxy=k8s / "kube-proxy",
+    )
+
+
+class BinariesMissing(RuntimeError):
+    pass
+
+
+def ensure(build: bool = True, real_node: bool = False) -> Binaries:
+    """Return the binaries, building the missing ones first when ``build`` is set (with ``real_node``,
+    also kubelet and kube-proxy)."""
+    bins = locate()
+    missing = bins.missing() + (bins.missing_node() if real_node else [])
+    if not missing:
+        return bins
+    root = repo_root()
+    if not build or root is None:
+        names = ", ".join(str(p) for p in missing)
+        raise BinariesMissing(f"binaries missing: {names}; run hack/build-binaries.sh")
+    components = [] if bins.missing() else ["node"]
+    subprocess.run([str(root / "hack" / "build-binaries.sh"), *components], check=True)
+    bins = locate()
+    missing = bins.missing() + (bins.missing_node() if real_node else [])
+    if missing:
+        raise BinariesMissing(f"build finished but binaries are still missing: {missing}")
+    return bins

@@ -1,0 +1,94 @@
+"""A CPU fleet of a local model on the real node: the pieces ``qwen-fleet run``, the node tests and
+bench/real_fleet.py share.
+
+The engine image is built locally (``engine_image``) and imported into the node's containerd; the model
+directory reaches the pod through a hostPath PersistentVolume bound to the claim that the spec's
+``model.source.pvc`` names, the path users take for a model on a volume.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from qwen_fleet_dev.cluster import KubectlError, LocalCluster
+from qwen_fleet_dev.realnode import NODE_LABEL
+
+MODEL_CLAIM = "tiny-model"
+KV_SPACE_GIB = 1
+# No proxy from the environment: ClusterIPs are routed into the node's network namespace.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def model_volume(namespace: str, model_dir: Path) -> list[dict[str, Any]]:
+    """A hostPath PersistentVolume with the model directory and the claim bound to it by name."""
+    pv_name = f"{namespace}-{MODEL_CLAIM}"
+    pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv_name},
+          "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadOnlyMany"], "storageClassName": "",
+                   "persistentVolumeReclaimPolicy": "Retain",
+                   "hostPath": {"path": str(model_dir), "type": "Directory"},
+                   "claimRef": {"namespace": namespace, "name": MODEL_CLAIM}}}
+    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+           "metadata": {"name": MODEL_CLAIM, "namespace": namespace},
+           "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "", "volumeName": pv_name,
+                    "resources": {"requests": {"storage": "1Gi"}}}}
+    return [pv, pvc]
+
+
+def cpu_fleet(name: str, image: str, replicas: int = 1, extra_args: tuple[str, ...] = (),
+               max_model_len: int = 1024, cpu: str = "1",
+              model_name: str = "qwen-fleet/tiny-qwen2") -> dict[str, Any]:
+    """A CPU fleet of the model on the claim, on the real node (eager mode: the image carries no C compiler)."""
+    return {
+        "apiVersion": "qwenfleet.io/v1alpha1", "kind": "QwenInference", "metadata": {"name": name},
+        "spec": {
+            "model": {"name": model_name,
+                      "source": {"pvc": {"claimName": MODEL_CLAIM, "readOnly": True}}},
+            "device": "CPU",
+            "engine": {"image": image, "maxModelLen": max_model_len, "maxNumSeqs": 8, "enforceEager": True,
+                       "shutdownTimeoutSeconds": 5, "extraArgs": list(extra_args),
+                       "env": [{"name": "VLLM_CPU_KVCACHE_SPACE", "value": str(KV_SPACE_GIB)}]},
+            "replicas": replicas,
+            # One pod more during a rollout, none fewer: a one-replica fleet keeps serving while it rolls.
+            "rollout": {"maxSurge": 1, "maxUnavailable": 0},
+            # The engine itself takes about 3 GiB (torch and its libraries); the KV cache must fit in the rest.
+            "resources": {"cpu": cpu, "memory": "5Gi"},
+            "scheduling": {"nodeSelector": {NODE_LABEL[0]: NODE_LABEL[1]}},
+        },
+    }
+
+
+def apply(cluster: LocalCluster, namespace: str, obj: dict[str, Any] | list[dict[str, Any]]) -> None:
+    items = obj if isinstance(obj, list) else [obj]
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                                            "items": items}))
+
+
+def chat(url: str, model: str, content: str = "Hello", max_tokens: int = 4, timeout: float = 60) -> dict[str, Any]:
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": content}],
+                       "max_tokens": max_tokens, "temperature": 0}).encode()
+    request = urllib.request.Request(f"{url}/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with _DIRECT.open(request, timeout=timeout) as resp:
+        return dict(json.loads(resp.read()))
+
+
+def service_url(cluster: LocalCluster, namespace: str, name: str) -> str:
+    svc = json.loads(cluster.kubectl("get", "-n", namespace, "service", name, "-o", "json").stdout)
+    port = next(p["port"] for p in svc["spec"]["ports"] if p.get("name") == "http")
+    return f"http://{svc['spec']['clusterIP']}:{port}"
+
+
+def wait_for_answer(cluster: LocalCluster, namespace: str, name: str, timeout: float = 900) -> dict[str, Any]:
+    """The first chat completion answered through the fleet's Service (retrying until ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return chat(service_url(cluster, namespace, name), name)
+        except (KubectlError, OSError, StopIteration, KeyError, ValueError) as exc:  # no Service yet, 503 ...
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no answer from {namespace}/{name} in {timeout:.0f} s: {exc}") from exc
+            time.sleep(1)

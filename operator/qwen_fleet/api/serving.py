@@ -1,0 +1,133 @@
+"""``spec.serving`` and ``engine.ropeScaling``: what the server offers on top of the engine, per Qwen family.
+
+Every field is optional: unset, the planner takes the family's default from the catalog (catalog/serving.py)
+and reports what it chose in ``status.serving``. What needs the catalog to judge (a parser the family's output
+does not match, YaRN beyond the documented factor) is the planner's to refuse (Stalled); what does not is
+refused here, at apply.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from qwen_fleet.api.base import TOKEN, ApiModel, Rule
+
+Task = Literal["generate", "embed", "score"]
+# vLLM 0.32 registry names that read Qwen output; "none" switches a family default off.
+ReasoningParser = Literal["qwen3", "deepseek_r1", "none"]
+ToolCallParser = Literal["hermes", "qwen3_json", "qwen3_coder", "qwen3_xml", "none"]
+
+_GENERATE_ONLY = "!has(self.task) || self.task == 'generate' || "
+
+
+class Speculative(ApiModel):
+    """Speculative decoding with the model's own multi-token-prediction (MTP) layer (Qwen3.5/3.6)."""
+
+    method: Literal["mtp"] = Field(default="mtp", description="mtp: the checkpoint's MTP layer drafts tokens "
+                                   "(vLLM --speculative-config method mtp).")
+    num_speculative_tokens: int = Field(default=1, ge=1, le=8, description="Tokens drafted per step (the "
+                                        "Qwen3.5/3.6 MTP layer is one layer, applied repeatedly).")
+
+
+class Adapter(ApiModel, rules=[Rule(
+    cel="has(self.repo) != has(self.path)",
+    check=lambda a: (a.repo is None) != (a.path is None),
+    message="an adapter names exactly one of repo (Hugging Face) or path (on the model's claim)",
+)]):
+    """A LoRA adapter vLLM loads at start and serves under its own model name (--lora-modules)."""
+
+    name: str = Field(description="Model name clients send to use the adapter.", min_length=1, max_length=128,
+                      pattern=TOKEN)
+    repo: str | None = Field(default=None, description="Hugging Face repo id of the adapter (vLLM downloads "
+                             "it at start).", max_length=256, pattern=TOKEN)
+    path: str | None = Field(default=None, description="Directory of the adapter on the model's claim "
+                             "(model.source.pvc), relative to the claim's root.", max_length=1024,
+                             pattern=r"^[A-Za-z0-9._@+=-][A-Za-z0-9._/@+=-]*$")
+
+
+class ServingSpec(ApiModel, rules=[
+    Rule(cel=_GENERATE_ONLY + "((!has(self.reasoningParser) || self.reasoningParser == 'none') && "
+             "(!has(self.toolCallParser) || self.toolCallParser == 'none') && !has(self.thinking) && "
+             "!has(self.speculative))",
+         check=lambda s: s.task in (None, "generate") or (
+             s.reasoning_parser in (None, "none") and s.tool_call_parser in (None, "none") and s.thinking is None
+             and s.speculative is None),
+         message="serving.reasoningParser, toolCallParser, thinking and speculative apply to generation only: "
+                 "remove them for task embed or score"),
+    Rule(cel="!has(self.adapters) || self.adapters.all(a, self.adapters.exists_one(b, b.name == a.name))",
+         check=lambda s: len({a.name for a in s.adapters}) == len(s.adapters),
+         message="serving.adapters names must be unique"),
+    Rule(cel="!has(self.adapters) || size(self.adapters) == 0 || !has(self.task) || self.task == 'generate'",
+         check=lambda s: not s.adapters or s.task in (None, "generate"),
+         message="serving.adapters apply to task generate only"),
+    Rule(cel="!has(self.thinking) || !has(self.reasoningParser) || self.reasoningParser != 'none' || "
+             "!self.thinking",
+         check=lambda s: not (s.thinking is True and s.reasoning_parser == "none"),
+         message="serving.thinking: true with reasoningParser: none returns the thinking text inside the "
+                 "answer's content; drop reasoningParser or set it to qwen3"),
+]):
+    """Task, reasoning and tool-call parsing, thinking default. Unset: the model family's default."""
+
+    task: Task | None = Field(default=None, description="What the server does: generate (chat and "
+                              "completions), embed (/v1/embeddings, e.g. Qwen3-Embedding) or score "
+                              "(/v1/score and /v1/rerank, e.g. Qwen3-Reranker). Default: the catalog's task "
+                              "for the model, generate for a model it does not know.")
+    reasoning_parser: ReasoningParser | None = Field(default=None, description="vLLM reasoning parser "
+                                                     "(--reasoning-parser): puts <think> text in the "
+                                                     "message's reasoning field. Default: qwen3 for thinking "
+                                                     "models (Qwen3, Qwen3.5/3.6, Thinking-2507), none "
+                                                     "otherwise.")
+    tool_call_parser: ToolCallParser | None = Field(default=None, description="vLLM tool-call parser "
+                                                    "(--tool-call-parser, with --enable-auto-tool-choice). "
+                                                    "Default: hermes for Qwen2.5/Qwen3/2507, qwen3_coder for "
+                                                    "Qwen3-Coder and Qwen3.5/3.6; none switches tools off.")
+    speculative: Speculative | None = Field(default=None, description="Speculative decoding (generate only). "
+                                            "Refused for a model without an MTP layer; the planner counts "
+                                            "the MTP layer's KV cache.")
+    adapters: list[Adapter] = Field(default_factory=list, max_length=16, description="LoRA adapters served "
+                                    "beside the base model, each under its own name (--enable-lora "
+                                    "--lora-modules; --max-loras is their count).")
+    max_lora_rank: Literal[8, 16, 32, 64, 128, 256, 320, 512] | None = Field(
+        default=None, description="Largest adapter rank (--max-lora-rank; vLLM 0.32 default 16).")
+    thinking: bool | None = Field(default=None, description="Default of the chat template's "
+                                  "enable_thinking (--default-chat-template-kwargs); requests may still set "
+                                  "it. Only for models that switch (Qwen3 April 2025, Qwen3.5/3.6). Default: "
+                                  "the template's own (thinking on).")
+
+
+class RopeScaling(ApiModel, rules=[
+    Rule(cel="!has(self.factor) || !has(self.originalMaxPositionEmbeddings) || "
+             "self.factor * double(self.originalMaxPositionEmbeddings) <= 16777216.0",
+         check=lambda r: r.factor is None or r.original_max_position_embeddings is None
+         or r.factor * r.original_max_position_embeddings <= 16_777_216,
+         message="engine.ropeScaling.factor x originalMaxPositionEmbeddings must be at most 16777216 tokens"),
+]):
+    """YaRN rope scaling, to serve beyond the native context. Unset fields come from the catalog."""
+
+    type: Literal["yarn"] = Field(default="yarn", description="Scaling method; Qwen documents YaRN.")
+    factor: float | None = Field(default=None, gt=1, le=64, description="Context multiplier. Default: the "
+                                 "smallest whole factor that covers engine.maxModelLen (Qwen's advice: scale "
+                                 "only as far as needed, it costs short-text quality).")
+    original_max_position_embeddings: int | None = Field(default=None, ge=16, le=16_777_216,
+                                                         description="The context the model was trained "
+                                                         "at. Default: the catalog's (32768 for Qwen2.5 and "
+                                                         "Qwen3).")
+    rope_theta: float | None = Field(default=None, gt=0, description="The model's rope_theta, repeated "
+                                     "because vLLM replaces rope_parameters whole. Default: the catalog's.")
+
+
+class ServingStatus(ApiModel):
+    """What the planner rendered for spec.serving and engine.ropeScaling, defaults included."""
+
+    task: Task = Field(description="generate, embed or score.")
+    reasoning_parser: str | None = Field(default=None, description="--reasoning-parser, if any.")
+    tool_call_parser: str | None = Field(default=None, description="--tool-call-parser, if any.")
+    thinking: bool | None = Field(default=None, description="enable_thinking default, if set.")
+    rope_scaling_factor: float | None = Field(default=None, description="YaRN factor, if rope scaling is on.")
+    speculative_tokens: int | None = Field(default=None, description="MTP tokens drafted per step, if on.")
+    adapters: list[str] | None = Field(default=None, description="Names of the LoRA adapters served.")
+    source: Literal["catalog", "spec"] = Field(description="catalog: the model's family defaults applied "
+                                               "(spec fields override them); spec: the model is not in the "
+                                               "catalog, only spec fields apply.")

@@ -1,0 +1,179 @@
+"""What one reconcile changes, decided without I/O: desired and observed children in, a ChangeSet out.
+
+The executor (controller.py) only carries a ChangeSet out. The rules, each with its reason:
+- A child is applied when it is missing or when the observed one differs from the rendered one (drift.py:
+  a changed field, a field someone else changed, or a different rendered-hash stamp, which is how a field the
+  spec no longer asks for reaches the child). Otherwise it costs nothing.
+- A running fleet is never left half-changed: when more than one child changes, every change is first
+  checked together with a server-side dry run (admission and validation, nothing stored), and none is made
+  if one is refused.
+- A new fleet: the Deployment first, then the rest together. The Deployment carries nearly everything a
+  user can get wrong that the CRD cannot check (and what admission policies look at); refused, it leaves
+  nothing behind. Should one of the rest be refused, what this reconcile created is deleted again
+  (``undo_on_refusal``), so a new fleet is never half-made either, and the happy path costs no extra round
+  trip.
+- Children of a prunable kind that the spec no longer asks for are deleted, after every apply succeeded
+  (never the Deployment or the Service: reconcile/kinds.py).
+- The workload changes kind (Deployment <-> LeaderWorkerSet, when a replica comes to span nodes or stops to):
+  the new workload is made first, while the old one keeps serving behind the unchanged Service (and HPA and
+  PDB, which name or select the old shape). Once the new one is Ready (reconcile/workload.py), the rest
+  follows and the old workload is deleted in the same reconcile, after the applies. No moment without a
+  serving workload behind the Service, and never a Service that selects the other shape's pods.
+- Autoscaling turned on for a running fleet: from now on the Deployment is applied without `replicas` (the
+  HPA owns it). Server-side apply resets a field its only manager stops sending to the default, which would
+  drop the fleet to 1 replica until the HPA's next sync; so the current count is first handed over to a
+  field manager of its own (the Kubernetes documentation's "transferring ownership"), which keeps it until
+  the HPA sets its own.
+- Nothing is applied or deleted for a spec the operator refuses (Stalled) or the apiserver refused for this
+  generation (until the spec changes or the next resync): a running fleet keeps running.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from qwen_fleet.reconcile.drift import drift
+from qwen_fleet.reconcile.kinds import CHILD_KIND
+from qwen_fleet.reconcile.workload import WORKLOAD_KINDS, workload_ready
+from qwen_fleet.render.stamp import RENDERED_HASH_ANNOTATION
+
+ChildKey = tuple[str, str]  # (kind, name)
+
+
+def child_key(obj: Mapping[str, Any]) -> ChildKey:
+    return (str(obj["kind"]), str(obj["metadata"]["name"]))
+
+
+@dataclass(frozen=True)
+class Apply:
+    obj: dict[str, Any]
+    existing: bool  # False: this apply creates the child
+    drifted: tuple[str, ...] = ()  # the paths that differ (for the Applied Event and the log)
+
+    @property
+    def key(self) -> ChildKey:
+        return child_key(self.obj)
+
+    def describe(self) -> str:
+        """For the Applied Event and the log: what changed, with the stamp said in words."""
+        if not self.existing:
+            return f"{self.key[0]}/{self.key[1]} created"
+        stamp = f".metadata.annotations.{RENDERED_HASH_ANNOTATION}"
+        paths = [p for p in self.drifted if p != stamp][:3]
+        if stamp in self.drifted:
+            paths.insert(0, "the rendered object changed")
+        return f"{self.key[0]}/{self.key[1]} updated: " + ", ".join(paths)
+
+
+@dataclass(frozen=True)
+class Prune:
+    kind: str
+    api_version: str
+    name: str
+    uid: str | None
+
+
+HANDOVER_MANAGER = "qwen-fleet-replicas-handover"
+
+
+@dataclass(frozen=True)
+class ChangeSet:
+    handover: tuple[dict[str, Any], ...] = ()  # applied first, as HANDOVER_MANAGER (see above)
+    dry_run: tuple[Apply, ...] = ()  # checked together before any batch; none is made if one is refused
+    batches: tuple[tuple[Apply, ...], ...] = ()  # in order; the applies of a batch go out together
+    prune: tuple[Prune, ...] = ()  # after every batch succeeded
+    undo_on_refusal: bool = False  # a new fleet: a refused apply deletes what this reconcile created
+
+    def __bool__(self) -> bool:
+        return bool(self.batches or self.prune)
+
+    @property
+    def applies(self) -> tuple[Apply, ...]:
+        return tuple(a for batch in self.batches for a in batch)
+
+
+NOTHING = ChangeSet()
+
+
+def plan_changes(desired: Sequence[Mapping[str, Any]] | None, observed: Mapping[ChildKey, Mapping[str, Any]],
+                 refused: bool = False) -> ChangeSet:
+    """The changes that take ``observed`` to ``desired``.
+
+    ``desired`` is None when the operator cannot render the spec (invalid or infeasible: Stalled);
+    ``refused`` is True when the apiserver refused this very generation before. Both change nothing.
+    """
+    if desired is None or refused:
+        return NOTHING
+    migrating = _migration(desired, observed)
+    # While the new workload is being made: only it (and what its pods mount) is applied, nothing is pruned.
+    to_apply = [o for o in desired if o["kind"] not in _FRONT] if migrating == "making" else desired
+    applies = []
+    for obj in to_apply:
+        current = observed.get(child_key(obj))
+        if current is None:
+            applies.append(Apply(dict(obj), existing=False))
+            continue
+        diffs = drift(dict(obj), dict(current))
+        if diffs:
+            applies.append(Apply(dict(obj), existing=True, drifted=tuple(diffs)))
+    new_fleet = not observed
+    dry_run: tuple[Apply, ...] = ()
+    batches: tuple[tuple[Apply, ...], ...]
+    if new_fleet and len(applies) > 1:
+        first = tuple(a for a in applies if a.key[0] in WORKLOAD_KINDS)
+        rest = tuple(a for a in applies if a.key[0] not in WORKLOAD_KINDS)
+        batches = (first, rest) if first else (rest,)
+    else:
+        if len(applies) > 1:
+            dry_run = tuple(applies)
+        batches = (tuple(applies),) if applies else ()
+    prune = () if migrating == "making" else _prunes(desired, observed, old_workload=migrating == "done")
+    return ChangeSet(handover=_replicas_handover(desired, observed, applies), dry_run=dry_run, batches=batches,
+                     prune=prune, undo_on_refusal=new_fleet)
+
+
+# Children that name or select one workload shape: held as they are while the other shape is being made.
+_FRONT = ("Service", "HorizontalPodAutoscaler", "PodDisruptionBudget")
+
+
+def _migration(desired: Sequence[Mapping[str, Any]], observed: Mapping[ChildKey, Mapping[str, Any]]) -> str | None:
+    """None: no workload of another kind exists. "making": the new workload is not Ready yet. "done": it is,
+    and the old one can go."""
+    wanted = next((child_key(o) for o in desired if o["kind"] in WORKLOAD_KINDS), None)
+    if wanted is None or not any(k[0] in WORKLOAD_KINDS and k != wanted for k in observed):
+        return None
+    return "done" if workload_ready(observed.get(wanted)) else "making"
+
+
+def _replicas_handover(desired: Sequence[Mapping[str, Any]], observed: Mapping[ChildKey, Mapping[str, Any]],
+                       applies: Sequence[Apply]) -> tuple[dict[str, Any], ...]:
+    """The replica count of a running Deployment, to be kept by a field manager of its own, when this
+    reconcile starts leaving replicas to a new HPA."""
+    hpa = next((child_key(o) for o in desired if o["kind"] == "HorizontalPodAutoscaler"), None)
+    deployment = next((a.obj for a in applies if a.key[0] in WORKLOAD_KINDS and a.existing), None)
+    if hpa is None or hpa in observed or deployment is None or "replicas" in deployment["spec"]:
+        return ()
+    current = observed[child_key(deployment)].get("spec", {}).get("replicas")
+    if current is None:
+        return ()
+    meta = deployment["metadata"]
+    return ({"apiVersion": deployment["apiVersion"], "kind": deployment["kind"],
+             "metadata": {"name": meta["name"], "namespace": meta.get("namespace")},
+             "spec": {"replicas": current}},)
+
+
+def _prunes(desired: Sequence[Mapping[str, Any]], observed: Mapping[ChildKey, Mapping[str, Any]],
+            old_workload: bool) -> tuple[Prune, ...]:
+    """Unwanted children of prunable kinds; with ``old_workload``, also the workload of the other kind."""
+    wanted = {child_key(obj) for obj in desired}
+    out = []
+    for (kind, name), obj in observed.items():
+        child = CHILD_KIND.get(kind)
+        if (kind, name) in wanted or child is None:
+            continue
+        if not (child.prunable or (old_workload and kind in WORKLOAD_KINDS)):
+            continue
+        out.append(Prune(kind, child.api_version, name, (obj.get("metadata") or {}).get("uid")))
+    return tuple(out)

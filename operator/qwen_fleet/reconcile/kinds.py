@@ -1,0 +1,57 @@
+"""Every kind of child the operator makes, in one place: the watches, the API client's paths, the prune step,
+the start-up permission check and the chart's RBAC test all read this registry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ChildKind:
+    kind: str
+    group: str  # "" for the core API
+    version: str
+    plural: str
+    # Deleted when the spec stops asking for it. Never the Deployment or the Service: those go only with the
+    # QwenInference (garbage collection), so a spec mistake cannot take a serving fleet's front door away.
+    prunable: bool
+    # Served only where a CRD is installed (the Prometheus Operator's, LeaderWorkerSet's); rendered only when the
+    # cluster has it, and left out of the start-up permission check.
+    optional: bool = False
+    # The fleet's workload (Deployment or LeaderWorkerSet): deleted only when the spec moves a replica to the
+    # other kind, after the new workload is Ready (reconcile/changes.py).
+    workload: bool = False
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+CHILD_KINDS: tuple[ChildKind, ...] = (
+    ChildKind("Deployment", "apps", "v1", "deployments", prunable=False, workload=True),
+    ChildKind("LeaderWorkerSet", "leaderworkerset.x-k8s.io", "v1", "leaderworkersets", prunable=False,
+              optional=True, workload=True),
+    ChildKind("Service", "", "v1", "services", prunable=False),
+    ChildKind("HorizontalPodAutoscaler", "autoscaling", "v2", "horizontalpodautoscalers", prunable=True),
+    ChildKind("PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets", prunable=True),
+    ChildKind("ConfigMap", "", "v1", "configmaps", prunable=True),
+    ChildKind("PersistentVolumeClaim", "", "v1", "persistentvolumeclaims", prunable=True),
+    ChildKind("ServiceMonitor", "monitoring.coreos.com", "v1", "servicemonitors", prunable=True, optional=True),
+    ChildKind("PrometheusRule", "monitoring.coreos.com", "v1", "prometheusrules", prunable=True, optional=True),
+)
+CHILD_KIND = {k.kind: k for k in CHILD_KINDS}
+
+# What the operator does to each child kind: kopf lists and watches it; server-side apply patches it, and
+# creates it on first apply (authorised as `create`); prunable kinds and replaced workloads are deleted.
+CHILD_VERBS = ("list", "watch", "create", "patch")
+
+
+def child_permissions(include_optional: bool = False) -> tuple[tuple[str, str, str, str], ...]:
+    """(verb, group, resource, subresource) for every child kind the operator cannot work without."""
+    out = []
+    for child in CHILD_KINDS:
+        if child.optional and not include_optional:
+            continue
+        verbs = CHILD_VERBS + (("delete",) if child.prunable or child.workload else ())
+        out += [(verb, child.group, child.plural, "") for verb in verbs]
+    return tuple(out)

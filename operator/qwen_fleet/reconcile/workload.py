@@ -1,0 +1,79 @@
+"""The workload of a fleet, as a Deployment (a replica on one node) or a LeaderWorkerSet (a replica spanning
+nodes: one group per replica). Pure.
+
+Status and the change plan read both through one shape: a LeaderWorkerSet is seen as the Deployment-shaped
+rollout view below (groups count as replicas), so the rollout rules of reconcile/status.py hold for both.
+A LeaderWorkerSet has no ``availableReplicas``: its groups count as available while its ``Available``
+condition is True (the LWS controller's "at least the minimum available groups are up").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from qwen_fleet.plan import Plan
+from qwen_fleet.reconcile.kinds import CHILD_KIND, CHILD_KINDS
+from qwen_fleet.reconcile.status import Outcome
+from qwen_fleet.render import Capabilities
+
+WORKLOAD_KINDS = tuple(k.kind for k in CHILD_KINDS if k.workload)
+LWS = CHILD_KIND["LeaderWorkerSet"]
+
+
+def workload_kind(nodes: int) -> str:
+    return "LeaderWorkerSet" if nodes > 1 else "Deployment"
+
+
+def missing_capability(plan: Plan, caps: Capabilities) -> Outcome | None:
+    """Stalled when the spec needs an API the cluster does not serve; nothing is applied then."""
+    if plan.nodes > 1 and not caps.leader_worker_set:
+        return Outcome.stalled(
+            "LeaderWorkerSetMissing",
+            f"parallelism.nodes={plan.nodes} makes each replica a LeaderWorkerSet group, but this cluster does "
+            f"not serve {LWS.api_version} {LWS.plural}: install LeaderWorkerSet (sigs.k8s.io/lws v0.9.0 or "
+            "later: its CRD and controller), or set parallelism.nodes to 1. The operator retries on its next "
+            "resync.")
+    return None
+
+
+def _condition_true(obj: Mapping[str, Any], type_: str) -> bool:
+    conds = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == type_ and c.get("status") == "True" for c in conds)
+
+
+def rollout_view(workload: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The workload as a Deployment-shaped dict (metadata.generation, spec.replicas, status counts)."""
+    if workload is None or workload.get("kind") != "LeaderWorkerSet":
+        return dict(workload) if workload is not None else None
+    st = workload.get("status") or {}
+    ready = int(st.get("readyReplicas") or 0)
+    view_status = {
+        "replicas": int(st.get("replicas") or 0),
+        "readyReplicas": ready,
+        "updatedReplicas": int(st.get("updatedReplicas") or 0),
+        "availableReplicas": ready if _condition_true(workload, "Available") else 0,
+    }
+    if "observedGeneration" in st:
+        view_status["observedGeneration"] = st["observedGeneration"]
+    spec = workload.get("spec") or {}
+    view: dict[str, Any] = {"kind": "LeaderWorkerSet", "metadata": dict(workload.get("metadata") or {}),
+                            "spec": {}, "status": view_status}
+    if "replicas" in spec:
+        view["spec"]["replicas"] = spec["replicas"]
+    return view
+
+
+def workload_ready(workload: Mapping[str, Any] | None) -> bool:
+    """Every desired replica (or group) of this workload is updated, ready and available, as its controller
+    last reported for its current generation."""
+    view = rollout_view(workload)
+    if view is None:
+        return False
+    desired = int((view.get("spec") or {}).get("replicas", 1))
+    st = view.get("status") or {}
+    generation = int((view.get("metadata") or {}).get("generation") or 0)
+    if int(st.get("observedGeneration") or 0) < generation:
+        return False
+    counts = [int(st.get(k) or 0) for k in ("updatedReplicas", "readyReplicas", "availableReplicas")]
+    return all(c >= desired for c in counts) and int(st.get("replicas") or 0) == desired

@@ -1,0 +1,31 @@
+"""A local cluster with a real node (kubelet, containerd, runc, CNI bridge, kube-proxy), once per session.
+
+Nothing here skips: a missing kubelet or kube-proxy is built (hack/build-binaries.sh node), and a missing
+container runtime (hack/real-node-deps.sh) makes the fixture, and so every test here, fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from qwen_fleet_dev import binaries
+from qwen_fleet_dev.cluster import LocalCluster
+from qwen_fleet_dev.nodes import NodePool
+
+# One fake GPU node beside the real one: kwok and the kubelet share the cluster.
+KWOK_POOLS = (NodePool("gpu-a10g", 1, gpus=1, product="NVIDIA-A10G", gpu_memory_mib=23028, cpu="16",
+                       memory="64Gi"),)
+
+
+@pytest.fixture(scope="session")
+def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    binaries.ensure(real_node=True)
+    local = LocalCluster(workdir=tmp_path_factory.mktemp("real-node-cluster"), node_pools=KWOK_POOLS,
+                         real_node=True)
+    local.start()
+    try:
+        yield local
+    finally:
+        local.stop()

@@ -1,0 +1,226 @@
+"""The change plan (reconcile/changes.py), table-tested: desired and observed children in, a ChangeSet out."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from qwen_fleet.api import QwenInference
+from qwen_fleet.config import OperatorConfig
+from qwen_fleet.plan import make_plan
+from qwen_fleet.reconcile.changes import ChangeSet, plan_changes
+from qwen_fleet.render import Capabilities, render_children
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+BASE: dict[str, Any] = {"model": {"name": "Qwen/Qwen3-4B-Instruct-2507"}, "gpu": {"product": H100}}
+AUTOSCALED = {"autoscaling": {"enabled": True, "minReplicas": 1, "maxReplicas": 3}}
+TWO = {"replicas": 2}
+PREFLIGHT = {"parallelism": {"tensor": 2}, "nccl": {"preflight": {"enabled": True}}}
+TP2 = {"parallelism": {"tensor": 2}}
+ENV = {"engine": {"env": [{"name": "EXTRA_FLAG", "value": "1"}]}}
+NODES2 = {"parallelism": {"pipeline": 2, "nodes": 2}}
+
+
+def render(**extra: Any) -> list[dict[str, Any]]:
+    cr = QwenInference.model_validate({"metadata": {"name": "q", "namespace": "ns", "uid": "u-1"},
+                                       "spec": {**copy.deepcopy(BASE), **copy.deepcopy(extra)}})
+    return render_children(cr, make_plan(cr, OperatorConfig()), Capabilities())
+
+
+def stored(children: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Children as the apiserver holds them after an apply: server metadata and a default added."""
+    out = {}
+    for i, child in enumerate(copy.deepcopy(children)):
+        child["metadata"].update({"uid": f"c-{i}", "resourceVersion": str(100 + i)})
+        if child["kind"] == "Deployment":
+            child["spec"]["template"]["spec"]["schedulerName"] = "default-scheduler"
+        out[(child["kind"], child["metadata"]["name"])] = child
+    return out
+
+
+def ready(children: dict[tuple[str, str], dict[str, Any]], kind: str, replicas: int = 1,
+          available: str = "True") -> dict[tuple[str, str], dict[str, Any]]:
+    """The workload of ``kind`` as its controller reports it when every replica (group) is up."""
+    out = copy.deepcopy(children)
+    obj = out[(kind, "q")]
+    obj["metadata"]["generation"] = 2
+    counts = {"replicas": replicas, "readyReplicas": replicas, "updatedReplicas": replicas, "observedGeneration": 2}
+    if kind == "Deployment":
+        obj["status"] = {**counts, "availableReplicas": replicas}
+    else:
+        obj["status"] = {**counts, "conditions": [{"type": "Available", "status": available}]}
+    return out
+
+
+def both(new: dict[tuple[str, str], dict[str, Any]], old: dict[tuple[str, str], dict[str, Any]]
+         ) -> dict[tuple[str, str], dict[str, Any]]:
+    """A fleet in migration: the old fleet's children plus the new workload."""
+    workload = {k: v for k, v in new.items() if k[0] in ("Deployment", "LeaderWorkerSet")}
+    return {**old, **workload}
+
+
+def names(applies: Any) -> list[str]:
+    return [f"{a.key[0]}/{a.key[1]}" for a in applies]
+
+
+@dataclass
+class Case:
+    desired: list[dict[str, Any]] | None
+    observed: dict[tuple[str, str], dict[str, Any]]
+    batches: list[list[str]]
+    dry_run: list[str] = field(default_factory=list)
+    prune: list[str] = field(default_factory=list)
+    undo: bool = False
+    refused: bool = False
+
+
+def _edited(children: dict[tuple[str, str], dict[str, Any]], kind: str, edit: Any) -> dict[tuple[str, str], Any]:
+    out = copy.deepcopy(children)
+    edit(out[(kind, "q")])
+    return out
+
+
+CASES = {
+    "create: the Deployment alone first, then the rest together; undone if refused": Case(
+        render(**AUTOSCALED), {},
+        [["Deployment/q"], ["Service/q", "HorizontalPodAutoscaler/q", "PodDisruptionBudget/q"]], undo=True),
+    "create with the preflight ConfigMap": Case(
+        render(**PREFLIGHT), {}, [["Deployment/q"], ["ConfigMap/q-nccl-preflight", "Service/q"]], undo=True),
+    "unchanged: nothing": Case(render(**AUTOSCALED), stored(render(**AUTOSCALED)), []),
+    "update of one child: one apply, no dry run": Case(
+        render(engine={"maxNumSeqs": 64}), stored(render()), [["Deployment/q"]]),
+    "a child edited by someone else is restored": Case(
+        render(), _edited(stored(render()), "Service", lambda s: s["spec"].update(type="NodePort")),
+        [["Service/q"]]),
+    "a deleted child is recreated, in an existing fleet": Case(
+        render(), {k: v for k, v in stored(render()).items() if k[0] != "Service"}, [["Service/q"]]),
+    "removal of an env entry applies the Deployment": Case(render(), stored(render(**ENV)), [["Deployment/q"]]),
+    "removal of the preflight: Deployment applied, ConfigMap pruned": Case(
+        render(**TP2), stored(render(**PREFLIGHT)), [["Deployment/q"]], prune=["ConfigMap/q-nccl-preflight"]),
+    "removal of autoscaling: replicas back (an apply), HPA and PDB pruned": Case(
+        render(), stored(render(**AUTOSCALED)), [["Deployment/q"]],
+        prune=["HorizontalPodAutoscaler/q", "PodDisruptionBudget/q"]),
+    "shape change 1 -> 2 replicas: two changes, dry-run together first": Case(
+        render(**TWO), stored(render()), [["Deployment/q", "PodDisruptionBudget/q"]],
+        dry_run=["Deployment/q", "PodDisruptionBudget/q"]),
+    "shape change to autoscaling: three changes checked together": Case(
+        render(**AUTOSCALED), stored(render()),
+        [["Deployment/q", "HorizontalPodAutoscaler/q", "PodDisruptionBudget/q"]],
+        dry_run=["Deployment/q", "HorizontalPodAutoscaler/q", "PodDisruptionBudget/q"]),
+    "the Deployment and the Service are never pruned; unknown kinds are not touched": Case(
+        render(), {**stored(render()), ("Service", "q-old"): {"kind": "Service", "metadata": {"name": "q-old"}},
+                   ("Secret", "q"): {"kind": "Secret", "metadata": {"name": "q"}}}, []),
+    "multi-node: a new fleet is the LeaderWorkerSet alone first, then the Service": Case(
+        render(**NODES2), {}, [["LeaderWorkerSet/q"], ["Service/q"]], undo=True),
+    "multi-node, unchanged: nothing": Case(render(**NODES2), stored(render(**NODES2)), []),
+    "multi-node, a new engine setting: the LeaderWorkerSet alone": Case(
+        render(**NODES2, engine={"maxNumSeqs": 64}), stored(render(**NODES2)), [["LeaderWorkerSet/q"]]),
+    "nodes 1 -> 2: the LeaderWorkerSet is made; the Service keeps the Deployment's pods, nothing pruned": Case(
+        render(**NODES2), ready(stored(render()), "Deployment"), [["LeaderWorkerSet/q"]]),
+    "nodes 1 -> 2, LeaderWorkerSet not Ready yet: nothing more": Case(
+        render(**NODES2), both(stored(render(**NODES2)), ready(stored(render()), "Deployment")), []),
+    "nodes 1 -> 2, LeaderWorkerSet ready but not Available: nothing more": Case(
+        render(**NODES2), both(ready(stored(render(**NODES2)), "LeaderWorkerSet", available="False"),
+                               ready(stored(render()), "Deployment")), []),
+    "nodes 1 -> 2, LeaderWorkerSet Ready: the Service moves to the leaders, then the Deployment goes": Case(
+        render(**NODES2), both(ready(stored(render(**NODES2)), "LeaderWorkerSet"),
+                               ready(stored(render()), "Deployment")),
+        [["Service/q"]], prune=["Deployment/q"]),
+    "nodes 2 -> 1 with 2 replicas: Deployment made; Service and PDB held until it is Ready": Case(
+        render(**TWO), ready(stored(render(**NODES2)), "LeaderWorkerSet"), [["Deployment/q"]]),
+    "nodes 2 -> 1, Deployment Ready: Service to all pods, PDB created, the LeaderWorkerSet goes": Case(
+        render(**TWO), both(ready(stored(render(**TWO)), "Deployment", replicas=2),
+                            ready(stored(render(**NODES2)), "LeaderWorkerSet")),
+        [["Service/q", "PodDisruptionBudget/q"]], dry_run=["Service/q", "PodDisruptionBudget/q"],
+        prune=["LeaderWorkerSet/q"]),
+    "autoscaled nodes 1 -> 2: HPA and PDB kept (not pruned) while the LeaderWorkerSet is made": Case(
+        render(**NODES2, **AUTOSCALED), ready(stored(render(**AUTOSCALED)), "Deployment"), [["LeaderWorkerSet/q"]]),
+    "autoscaled nodes 1 -> 2, Ready: the HPA retargets the LeaderWorkerSet (the PDB fits both), Deployment goes":
+        Case(render(**NODES2, **AUTOSCALED), both(ready(stored(render(**NODES2, **AUTOSCALED)), "LeaderWorkerSet"),
+                                                  ready(stored(render(**AUTOSCALED)), "Deployment")),
+             [["Service/q", "HorizontalPodAutoscaler/q"]], dry_run=["Service/q", "HorizontalPodAutoscaler/q"],
+             prune=["Deployment/q"]),
+    "refused by the planner (Stalled): nothing, the running fleet is kept": Case(
+        None, stored(render(**AUTOSCALED)), []),
+    "refused by the apiserver for this generation: nothing until the spec changes": Case(
+        render(**TWO), {}, [], refused=True),
+}
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=list(CASES))
+def test_change_plan(case: Case) -> None:
+    changes = plan_changes(case.desired, case.observed, refused=case.refused)
+    assert [names(batch) for batch in changes.batches] == case.batches
+    assert names(changes.dry_run) == case.dry_run
+    assert [f"{p.kind}/{p.name}" for p in changes.prune] == case.prune
+    assert changes.undo_on_refusal == (case.undo and bool(changes))
+    assert bool(changes) == bool(case.batches or case.prune)
+
+
+def test_prunes_carry_the_uid_and_api_version_of_what_was_seen() -> None:
+    observed = stored(render(**AUTOSCALED))
+    (hpa, pdb) = plan_changes(render(), observed).prune
+    seen = observed[("HorizontalPodAutoscaler", "q")]["metadata"]["uid"]
+    assert (hpa.api_version, hpa.uid) == ("autoscaling/v2", seen)
+    assert pdb.api_version == "policy/v1"
+
+
+def test_an_update_says_what_drifted_and_a_create_says_created() -> None:
+    (apply,) = plan_changes(render(engine={"maxNumSeqs": 64}), stored(render())).applies
+    assert apply.existing and any(".args" in d for d in apply.drifted)
+    assert apply.describe().startswith("Deployment/q updated: the rendered object changed, .spec.template")
+    first = plan_changes(render(), {}).batches[0][0]
+    assert not first.existing and first.describe() == "Deployment/q created"
+
+
+def test_nothing_to_do_is_falsy() -> None:
+    assert not ChangeSet()
+    assert not plan_changes(render(), stored(render()))
+
+
+def test_autoscaling_turned_on_hands_the_replica_count_over_first() -> None:
+    running = stored(render(replicas=3))
+    changes = plan_changes(render(**AUTOSCALED), running)
+    assert changes.handover == ({"apiVersion": "apps/v1", "kind": "Deployment",
+                                 "metadata": {"name": "q", "namespace": "ns"}, "spec": {"replicas": 3}},)
+    # Only at the switch: not for a new fleet, not while the HPA exists, not without autoscaling.
+    assert plan_changes(render(**AUTOSCALED), {}).handover == ()
+    autoscaled = stored(render(**AUTOSCALED))
+    autoscaled[("Deployment", "q")]["spec"]["replicas"] = 3
+    assert plan_changes(render(**AUTOSCALED, engine={"maxNumSeqs": 8}), autoscaled).handover == ()
+    assert plan_changes(render(replicas=2), running).handover == ()
+
+
+def test_a_workload_is_ready_only_when_its_controller_says_so_for_its_generation() -> None:
+    from qwen_fleet.reconcile.workload import rollout_view, workload_ready
+
+    lws = ready(stored(render(**NODES2)), "LeaderWorkerSet")[("LeaderWorkerSet", "q")]
+    assert workload_ready(lws)
+    assert rollout_view(lws)["status"] == {  # type: ignore[index]
+        "replicas": 1, "readyReplicas": 1, "updatedReplicas": 1, "availableReplicas": 1, "observedGeneration": 2}
+    stale = copy.deepcopy(lws)
+    stale["metadata"]["generation"] = 3  # a spec change its controller has not seen yet
+    assert not workload_ready(stale)
+    assert not workload_ready(stored(render(**NODES2))[("LeaderWorkerSet", "q")])  # no status yet
+    assert not workload_ready(None)
+    dep = ready(stored(render(**TWO)), "Deployment", replicas=2)[("Deployment", "q")]
+    assert workload_ready(dep)
+    dep["status"]["availableReplicas"] = 1
+    assert not workload_ready(dep)
+
+
+def test_multi_node_without_the_leaderworkerset_api_is_stalled_with_the_fix() -> None:
+    from qwen_fleet.reconcile.workload import missing_capability
+
+    cr = QwenInference.model_validate({"metadata": {"name": "q", "namespace": "ns"},
+                                       "spec": {**copy.deepcopy(BASE), **copy.deepcopy(NODES2)}})
+    plan = make_plan(cr, OperatorConfig())
+    outcome = missing_capability(plan, Capabilities())
+    assert outcome is not None and (outcome.kind, outcome.reason) == ("stalled", "LeaderWorkerSetMissing")
+    assert "install LeaderWorkerSet" in outcome.message and "parallelism.nodes to 1" in outcome.message
+    assert missing_capability(plan, Capabilities(leader_worker_set=True)) is None
+    single = QwenInference.model_validate({"metadata": {"name": "q", "namespace": "ns"}, "spec": copy.deepcopy(BASE)})
+    assert missing_capability(make_plan(single, OperatorConfig()), Capabilities()) is None

@@ -1,0 +1,233 @@
+"""The Qwen layer: family defaults for task, parsers, thinking and YaRN, their overrides, and the refusals."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from qwen_fleet.api import QwenInference
+from qwen_fleet.config import OperatorConfig
+from qwen_fleet.plan import make_plan
+from qwen_fleet.render.engine_args import engine_args
+
+
+def plan_of(model: str, **spec: Any) -> Any:
+    cr = QwenInference.model_validate({"metadata": {"name": "q", "namespace": "ns"},
+                                       "spec": {"model": {"name": model}, **spec}})
+    return cr, make_plan(cr, OperatorConfig())
+
+
+def flags(model: str, **spec: Any) -> list[str]:
+    cr, plan = plan_of(model, **spec)
+    assert plan.feasible, plan.problems
+    return engine_args(cr, plan)
+
+
+def value(args: list[str], flag: str) -> str | None:
+    return args[args.index(flag) + 1] if flag in args else None
+
+
+@pytest.mark.parametrize(("model", "reasoning", "tools"), [
+    ("Qwen/Qwen3-8B", "qwen3", "hermes"),
+    ("Qwen/Qwen3-4B-Thinking-2507", "qwen3", "hermes"),
+    ("Qwen/Qwen3-4B-Instruct-2507", None, "hermes"),
+    ("Qwen/Qwen2.5-7B-Instruct", None, "hermes"),
+    ("Qwen/Qwen3-Coder-30B-A3B-Instruct", None, "qwen3_coder"),
+    ("Qwen/Qwen3.6-27B", "qwen3", "qwen3_coder"),
+    ("Qwen/Qwen3-Reranker-0.6B", None, None),
+    ("Qwen/Qwen3-Embedding-0.6B", None, None),
+    ("some-org/custom-model", None, None),
+])
+def test_family_defaults(model: str, reasoning: str | None, tools: str | None) -> None:
+    args = flags(model)
+    assert value(args, "--reasoning-parser") == reasoning
+    assert value(args, "--tool-call-parser") == tools
+    assert ("--enable-auto-tool-choice" in args) == (tools is not None)
+    assert "--default-chat-template-kwargs" not in args  # the template's own default unless asked
+
+
+def test_defaults_are_reported_in_the_plan_status() -> None:
+    _, plan = plan_of("Qwen/Qwen3.6-27B")
+    status = plan.serving.status().model_dump(by_alias=True, exclude_none=True)
+    assert status == {"task": "generate", "reasoningParser": "qwen3", "toolCallParser": "qwen3_coder",
+                      "source": "catalog"}
+
+
+def test_spec_overrides_and_switches_off() -> None:
+    args = flags("Qwen/Qwen3-8B", serving={"reasoningParser": "deepseek_r1", "toolCallParser": "none",
+                                           "thinking": False})
+    assert value(args, "--reasoning-parser") == "deepseek_r1"
+    assert "--tool-call-parser" not in args and "--enable-auto-tool-choice" not in args
+    assert json.loads(value(args, "--default-chat-template-kwargs") or "") == {"enable_thinking": False}
+    assert "--reasoning-parser" not in flags("Qwen/Qwen3-8B", serving={"reasoningParser": "none"})
+
+
+def test_pooling_tasks_render_runner_and_conversion() -> None:
+    rerank = flags("Qwen/Qwen3-Reranker-0.6B")
+    assert value(rerank, "--runner") == "pooling" and "--convert" not in rerank
+    assert json.loads(value(rerank, "--hf-overrides") or "") == {
+        "architectures": ["Qwen3ForSequenceClassification"], "classifier_from_token": ["no", "yes"],
+        "is_original_qwen3_reranker": True}
+    embed = flags("Qwen/Qwen3-Embedding-0.6B")
+    assert (value(embed, "--runner"), value(embed, "--convert")) == ("pooling", "embed")
+    assert "--hf-overrides" not in embed
+    # A model the catalog does not know takes the spec's task as is.
+    custom = flags("some-org/embedder", serving={"task": "embed"})
+    assert (value(custom, "--runner"), value(custom, "--convert")) == ("pooling", "embed")
+
+
+@pytest.mark.parametrize(("model", "serving", "reason", "fix"), [
+    ("Qwen/Qwen3-4B-Instruct-2507", {"reasoningParser": "qwen3"}, "ReasoningParserUnsupported",
+     "Remove serving.reasoningParser"),
+    ("Qwen/Qwen2.5-7B-Instruct", {"reasoningParser": "deepseek_r1"}, "ReasoningParserUnsupported",
+     "reasoning field"),
+    ("Qwen/Qwen3.6-27B", {"toolCallParser": "hermes"}, "ToolCallParserMismatch", "use qwen3_coder or qwen3_xml"),
+    ("Qwen/Qwen3-8B", {"toolCallParser": "qwen3_xml"}, "ToolCallParserMismatch", "use hermes or qwen3_json"),
+    ("Qwen/Qwen3-4B-Instruct-2507", {"thinking": True}, "ThinkingSwitchUnsupported", "remove serving.thinking"),
+    ("Qwen/Qwen3-4B-Thinking-2507", {"thinking": False}, "ThinkingSwitchUnsupported", "remove serving.thinking"),
+    ("Qwen/Qwen3-8B", {"task": "embed"}, "ServingTaskUnsupported", "Qwen/Qwen3-Embedding-0.6B"),
+    ("Qwen/Qwen3-Reranker-0.6B", {"task": "generate"}, "ServingTaskUnsupported", "remove serving.task"),
+    ("Qwen/Qwen3-Embedding-0.6B", {"toolCallParser": "hermes"}, "ChatSettingsOnPoolingModel",
+     "remove serving.reasoningParser, serving.toolCallParser and serving.thinking"),
+])
+def test_a_family_that_cannot_use_the_setting_is_stalled(model: str, serving: dict[str, Any], reason: str,
+                                                        fix: str) -> None:
+    _, plan = plan_of(model, serving=serving)
+    assert [p.reason for p in plan.problems] == [reason]
+    assert fix in plan.problems[0].message
+
+
+def test_qwen3_thinking_switch_is_accepted() -> None:
+    args = flags("Qwen/Qwen3.6-27B", serving={"thinking": False})
+    assert json.loads(value(args, "--default-chat-template-kwargs") or "") == {"enable_thinking": False}
+
+
+# --- YaRN ------------------------------------------------------------------------------------------------
+
+
+def yarn(args: list[str]) -> dict[str, Any]:
+    return dict(json.loads(value(args, "--hf-overrides") or "{}"))
+
+
+def test_maxmodellen_beyond_native_gets_the_factor_qwen_documents() -> None:
+    args = flags("Qwen/Qwen2.5-7B-Instruct", engine={"maxModelLen": 131072}, gpu={"memoryGiB": 80})
+    assert yarn(args) == {"max_position_embeddings": 131072, "rope_parameters": {
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768, "rope_theta": 1000000.0}}
+    # Only as far as needed: 65,536 tokens take factor 2.
+    assert yarn(flags("Qwen/Qwen3-8B", engine={"maxModelLen": 65536}))["rope_parameters"]["factor"] == 2.0
+    # Within the native window nothing is scaled (Qwen3's config window is 40960).
+    assert "--hf-overrides" not in flags("Qwen/Qwen3-8B", engine={"maxModelLen": 40960})
+
+
+def test_yarn_makes_the_long_context_warning_go_away() -> None:
+    _, plan = plan_of("Qwen/Qwen2.5-7B-Instruct", engine={"maxModelLen": 65536}, gpu={"memoryGiB": 80})
+    assert plan.feasible and not any("native context" in w for w in plan.warnings), plan.warnings
+    assert plan.serving.rope_scaling_factor == 2.0
+
+
+def test_explicit_rope_scaling_wins() -> None:
+    args = flags("Qwen/Qwen3-8B", engine={"maxModelLen": 32768, "ropeScaling": {"factor": 3}})
+    assert yarn(args)["rope_parameters"]["factor"] == 3.0
+    assert yarn(args)["max_position_embeddings"] == 98304
+
+
+@pytest.mark.parametrize(("model", "engine", "reason", "fix"), [
+    ("Qwen/Qwen2.5-7B-Instruct", {"maxModelLen": 1000000}, "RopeScalingFactorUnsupported",
+     "set engine.maxModelLen to 131072 or less"),
+    ("Qwen/Qwen3-4B-Instruct-2507", {"maxModelLen": 300000}, "LongContextUnsupported",
+     "set engine.maxModelLen to 262144 or less"),
+    ("Qwen/Qwen3-0.6B", {"ropeScaling": {}}, "LongContextUnsupported", "remove engine.ropeScaling"),
+    ("Qwen/Qwen3-8B", {"maxModelLen": 131072, "ropeScaling": {"factor": 2}}, "MaxModelLenExceedsRopeScaling",
+     "raise engine.ropeScaling.factor"),
+    ("Qwen/Qwen3-8B", {"ropeScaling": {"factor": 8}}, "RopeScalingFactorUnsupported", "up to 4"),
+    ("some-org/custom", {"ropeScaling": {"factor": 2}}, "RopeScalingNeedsModelFacts", "ropeTheta"),
+])
+def test_long_context_beyond_what_qwen_documents_is_stalled(model: str, engine: dict[str, Any], reason: str,
+                                                           fix: str) -> None:
+    _, plan = plan_of(model, engine=engine)
+    assert reason in [p.reason for p in plan.problems], plan.problems
+    assert any(fix in p.message for p in plan.problems if p.reason == reason)
+
+
+def test_unknown_model_yarn_with_all_facts_renders() -> None:
+    args = flags("some-org/custom", engine={"maxModelLen": 16384, "ropeScaling": {
+        "factor": 4, "originalMaxPositionEmbeddings": 4096, "ropeTheta": 10000}})
+    assert yarn(args)["max_position_embeddings"] == 16384
+
+
+def test_bfloat16_on_a_t4_is_stalled_with_the_fix() -> None:
+    _, plan = plan_of("Qwen/Qwen2.5-1.5B-Instruct", engine={"dtype": "bfloat16"}, gpu={"product": "Tesla-T4"})
+    assert [p.reason for p in plan.problems] == ["BFloat16Unsupported"]
+    assert "set engine.dtype to half" in plan.problems[0].message
+    for dtype in ("half", None):  # unset: vLLM's auto falls back to float16 on Turing
+        engine = {"dtype": dtype} if dtype else {}
+        assert plan_of("Qwen/Qwen2.5-1.5B-Instruct", engine=engine, gpu={"product": "Tesla-T4"})[1].feasible
+    assert plan_of("Qwen/Qwen2.5-1.5B-Instruct", engine={"dtype": "bfloat16"},
+                   gpu={"product": "NVIDIA-L20"})[1].feasible
+
+
+# --- MTP speculative decoding ------------------------------------------------------------------------------
+
+
+def test_mtp_on_qwen36_renders_the_speculative_config_and_counts_its_kv() -> None:
+    spec = {"engine": {"maxModelLen": 32768}, "gpu": {"product": "NVIDIA-H100-80GB-HBM3"},
+            "parallelism": {"tensor": 2}}
+    args = flags("Qwen/Qwen3.6-27B", serving={"speculative": {"numSpeculativeTokens": 2}}, **spec)
+    assert json.loads(value(args, "--speculative-config") or "") == {"method": "mtp", "num_speculative_tokens": 2}
+    _, with_mtp = plan_of("Qwen/Qwen3.6-27B", serving={"speculative": {}}, **spec)
+    _, without = plan_of("Qwen/Qwen3.6-27B", **spec)
+    # 16 full-attention layers, plus the MTP layer's: 17/16 of the KV bytes per token.
+    assert with_mtp.capacity.kv_bytes_per_token * 16 == without.capacity.kv_bytes_per_token * 17
+    assert with_mtp.serving.status().speculative_tokens == 1
+
+
+def test_mtp_on_a_model_without_an_mtp_layer_is_stalled() -> None:
+    _, plan = plan_of("Qwen/Qwen3-8B", serving={"speculative": {"numSpeculativeTokens": 2}})
+    assert [p.reason for p in plan.problems] == ["SpeculativeDecodingUnsupported"]
+    assert "remove serving.speculative" in plan.problems[0].message
+
+
+def test_status_carries_the_serving_defaults_and_the_crd_accepts_them() -> None:
+    from qwen_fleet.api.resource import QwenInferenceStatus
+    from qwen_fleet.reconcile.status import Observed, Outcome, compute_status
+
+    _, plan = plan_of("Qwen/Qwen2.5-7B-Instruct", engine={"maxModelLen": 131072}, gpu={"memoryGiB": 80})
+    status = compute_status(None, 1, Outcome.applied(), plan, Observed(), "2026-11-30T00:00:00Z")
+    assert status["serving"] == {"task": "generate", "toolCallParser": "hermes", "ropeScalingFactor": 4.0,
+                                 "source": "catalog"}
+    QwenInferenceStatus.model_validate(status)  # the schema the CRD is generated from takes it
+
+
+# --- LoRA adapters -----------------------------------------------------------------------------------------
+
+
+def test_adapters_render_lora_modules_and_are_listed_in_status() -> None:
+    claim = {"name": "Qwen/Qwen3-8B", "source": {"pvc": {"claimName": "models", "path": "/base"}}}
+    cr = QwenInference.model_validate({"metadata": {"name": "q", "namespace": "ns"}, "spec": {
+        "model": claim, "serving": {"adapters": [{"name": "sql", "path": "adapters/sql/"},
+                                                 {"name": "de", "repo": "some-org/de-lora"}], "maxLoraRank": 64}}})
+    plan = make_plan(cr, OperatorConfig())
+    args = engine_args(cr, plan)
+    assert plan.feasible and "--enable-lora" in args
+    assert value(args, "--max-loras") == "2" and value(args, "--max-lora-rank") == "64"
+    at = args.index("--lora-modules")
+    assert [json.loads(a) for a in args[at + 1:at + 3]] == [{"name": "sql", "path": "/models/adapters/sql"},
+                                                            {"name": "de", "path": "some-org/de-lora"}]
+    assert plan.serving.status().adapters == ["sql", "de"]
+
+
+@pytest.mark.parametrize(("serving", "reason"), [
+    ({"adapters": [{"name": "q", "repo": "org/lora"}]}, "AdapterNameTaken"),
+    ({"adapters": [{"name": "sql", "path": "adapters/sql"}]}, "AdapterPathNeedsClaim"),
+])
+def test_adapter_problems(serving: dict[str, Any], reason: str) -> None:
+    _, plan = plan_of("Qwen/Qwen3-8B", serving=serving)
+    assert [p.reason for p in plan.problems] == [reason]
+
+
+def test_adapters_on_a_pooling_model_are_stalled_and_not_rendered() -> None:
+    cr, plan = plan_of("Qwen/Qwen3-Embedding-0.6B", serving={"adapters": [{"name": "a", "repo": "o/r"}]})
+    assert "--enable-lora" not in engine_args(cr, plan)
+    assert [p.reason for p in plan.problems] == ["AdaptersOnPoolingModel"]
