@@ -18,7 +18,6 @@ import json
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,6 +25,8 @@ from typing import Any
 
 from tests.support.vllm_server import VllmServer
 
+from bench.burst import Burst
+from qwen_fleet.render.deployment import ENGINE_ENV_DEFAULTS
 from qwen_fleet.render.metric_names import GPU_UTIL_METRIC, KV_CACHE_METRIC, QUEUE_METRIC
 from qwen_fleet_dev.cluster import LocalCluster
 from qwen_fleet_dev.metrics_stack import (
@@ -49,8 +50,12 @@ SERVER_ARGS = ["--max-model-len", "1024", "--max-num-seqs", str(MAX_NUM_SEQS), "
                "--enforce-eager"]
 BURST_CLIENTS = 32  # 8x maxNumSeqs: ~28 waiting -> ceil(28 / 5) = 6 wanted, well above maxReplicas
 MIN_REPLICAS, MAX_REPLICAS = 1, 3
-SCALE_DOWN_WINDOW_S = 30  # production default is 600 s; shortened so the test sees the way down
+# Production default is 600 s; shortened so the test sees the way down, but longer than the gaps a loaded 2-core
+# machine puts between the HPA's reads (a 30 s window let a stall of the queue signal scale down mid-burst).
+SCALE_DOWN_WINDOW_S = 60
 HPA_SYNC_PERIOD = "5s"
+# The engine's environment as the operator renders it for a fleet's pods, plus the CPU backend's KV-cache size.
+ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", **dict(ENGINE_ENV_DEFAULTS)}
 
 
 def fleet_manifest(namespace: str, gpu_utilization: bool = False) -> dict[str, Any]:
@@ -105,56 +110,17 @@ class EarlyVllmServer(VllmServer):
         return self
 
 
-class Burst:
-    """``clients`` threads each sending completions back to back until :meth:`stop` (bounded by ``limit_s``)."""
-
-    def __init__(self, base_url: str, clients: int, max_tokens: int = 128, limit_s: float = 300) -> None:
-        self.url = base_url + "/v1/completions"
-        self.body = json.dumps({"model": "qwen-tiny", "prompt": "The fleet " * 16, "max_tokens": max_tokens,
-                                "ignore_eos": True, "temperature": 0}).encode()
-        self.clients = clients
-        self.limit_s = limit_s
-        self.done = 0
-        self.failed = 0
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
-
-    def start(self) -> Burst:
-        deadline = time.monotonic() + self.limit_s
-        for _ in range(self.clients):
-            t = threading.Thread(target=self._client, args=(deadline,), daemon=True)
-            t.start()
-            self._threads.append(t)
-        return self
-
-    def _client(self, deadline: float) -> None:
-        while not self._stop.is_set() and time.monotonic() < deadline:
-            req = urllib.request.Request(self.url, data=self.body, headers={"Content-Type": "application/json"})
-            try:
-                with urllib.request.urlopen(req, timeout=120) as resp:
-                    resp.read()
-                ok = True
-            except OSError:
-                ok = False
-            with self._lock:
-                self.done += ok
-                self.failed += not ok
-
-    def stop(self) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=130)
-
-
 @dataclass
 class Sample:
     t: float  # seconds since the scenario started
     replicas: int  # Deployment spec.replicas: the HPA's decision
     ready: int
     hpa_desired: int | None
-    waiting: float  # vllm:num_requests_waiting on the real server
+    waiting: float  # vllm:num_requests_waiting on the real server (its own /metrics, the latest reading)
     running: float
+    prom_waiting: float | None  # the same series as Prometheus holds it (None: no series)
+    prom_up: float | None  # Prometheus' `up` for the engine's target
+    prom_scrape_s: float | None  # and how long its last scrape took
     hpa_metrics: dict[str, float]  # the HPA's view: current average value per metric
     phase: str
 
@@ -201,6 +167,8 @@ class Scenario:
         self.load: Burst | None = None
         self._stop = threading.Event()
         self._sampler: threading.Thread | None = None
+        self._engine: threading.Thread | None = None
+        self.engine_metrics: dict[str, float] = {}  # the latest answer of the engine's /metrics
 
     # --- kube reads -----------------------------------------------------------------------------------
 
@@ -252,16 +220,37 @@ class Scenario:
     def _sample(self) -> None:
         pods = self.pods()
         self._sync_targets(pods)
-        # Stamp the sample when the cluster is read: a loaded engine may take a second to answer /metrics.
         now, dep, hpa = self.rec.now(), self.deployment() or {}, self.hpa()
-        metrics = self.vllm.metrics()
+        # The engine's own reading comes from a thread of its own: a loaded engine may take seconds to answer
+        # /metrics, and the cluster's record must not wait for it.
+        metrics = self.engine_metrics
+        prom = self._prometheus_view()
         self.rec.samples.append(Sample(
             t=now, replicas=int(dep.get("spec", {}).get("replicas") or 0),
             ready=int(dep.get("status", {}).get("readyReplicas") or 0),
             hpa_desired=((hpa or {}).get("status") or {}).get("desiredReplicas"),
             waiting=metrics.get("vllm:num_requests_waiting", 0.0),
             running=metrics.get("vllm:num_requests_running", 0.0),
+            prom_waiting=prom.get("waiting"), prom_up=prom.get("up"), prom_scrape_s=prom.get("scrape_s"),
             hpa_metrics=_hpa_metrics(hpa), phase=self.phase))
+
+    def _prometheus_view(self) -> dict[str, float]:
+        """Prometheus' side of the queue signal, so a failure says which link read 0."""
+        out: dict[str, float] = {}
+        target = f'job="serviceMonitor/qwen-fleet/vllm/0",namespace="{self.ns}"'
+        for key, expr in (("waiting", f'sum(vllm:num_requests_waiting{{namespace="{self.ns}"}})'),
+                          ("up", f"up{{{target}}}"), ("scrape_s", f"scrape_duration_seconds{{{target}}}")):
+            with contextlib.suppress(Exception):
+                result = self.stack.query(expr)
+                if result:
+                    out[key] = float(result[0]["value"][1])
+        return out
+
+    def _engine_loop(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(Exception):  # a slow or failed read keeps the last one
+                self.engine_metrics = self.vllm.metrics()
+            self._stop.wait(0.25)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -286,7 +275,7 @@ class Scenario:
     def replicas(self) -> int:
         return int((self.deployment() or {}).get("spec", {}).get("replicas") or 0)
 
-    def wait_sampled(self, what: str, check: Callable[[Sample], bool], timeout: float = 30) -> None:
+    def wait_sampled(self, what: str, check: Callable[[Sample], bool], timeout: float = 90) -> None:
         """Until the sampler has recorded a sample that passes ``check`` (so the phase's record shows it)."""
         self.wait(what, lambda: self.rec.samples and check(self.rec.samples[-1]), timeout)
 
@@ -296,6 +285,8 @@ class Scenario:
         self.cluster.kubectl("apply", "-n", self.ns, "-f", "-", input=json.dumps(fleet_manifest(self.ns)))
         self.wait("a running pod of the fleet", self.pods, 120)
         self._sync_targets(self.pods())
+        self._engine = threading.Thread(target=self._engine_loop, daemon=True)
+        self._engine.start()
         self._sampler = threading.Thread(target=self._loop, daemon=True)
         self._sampler.start()
         self.rec.mark("deployed")
@@ -363,8 +354,9 @@ class Scenario:
         if self.load is not None:
             self.load.stop()
         self._stop.set()
-        if self._sampler is not None:
-            self._sampler.join(timeout=10)
+        for thread in (self._sampler, self._engine):
+            if thread is not None:
+                thread.join(timeout=10)
 
     # --- results --------------------------------------------------------------------------------------
 
@@ -447,7 +439,7 @@ def environment(workdir: Path) -> Iterator[tuple[LocalCluster, str, VllmServer, 
     model = make_tiny_model(workdir / "model", TinyQwen(), python=python)
     with contextlib.ExitStack() as stack:
         # The engine takes longest to start: begin it first and let the rest come up meanwhile.
-        server = EarlyVllmServer(SERVER_ARGS, {"VLLM_CPU_KVCACHE_SPACE": "1"}, model, python=python,
+        server = EarlyVllmServer(SERVER_ARGS, ENGINE_ENV, model, python=python,
                                  log_path=workdir / "vllm.log").begin()
         stack.callback(server.stop)
         cluster = LocalCluster(workdir=workdir / "cluster", hpa_sync_period=HPA_SYNC_PERIOD)

@@ -6,9 +6,6 @@ alerts read exists, and a burst above maxNumSeqs makes the queue-depth signal ri
 from __future__ import annotations
 
 import re
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +13,7 @@ import pytest
 
 from qwen_fleet.render import metric_names as names
 from tests.support.cpu_rule import local_process
+from tests.support.queue_watch import peaks_under_load
 from tests.support.serving import MAX_NUM_SEQS, NAME, RenderedServer, rendered_children
 
 pytestmark = pytest.mark.vllm
@@ -77,24 +75,10 @@ def test_every_metric_the_autoscaler_and_alerts_read_exists(serving_vllm: Render
 
 
 def test_a_burst_above_max_num_seqs_raises_the_queue_depth_signal(serving_vllm: RenderedServer) -> None:
-    peak = 0.0
-    done = threading.Event()
-
-    def watch() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, serving_vllm.metrics().get(names.QUEUE_SERIES, 0.0))
-            time.sleep(0.05)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
     burst = 4 * MAX_NUM_SEQS
-    request = {"model": NAME, "prompt": "count: 1 2 3", "max_tokens": 900, "ignore_eos": True}
-    # long enough that the surplus is still waiting at a 50 ms poll, even on an idle, fast machine
-    with ThreadPoolExecutor(burst) as pool:
-        results = list(pool.map(lambda _: serving_vllm.post_json("/v1/completions", request), range(burst)))
-    done.set()
-    watcher.join()
-    assert all(status == 200 for status, _ in results)
-    print(f"queue depth peak during a burst of {burst} requests at maxNumSeqs {MAX_NUM_SEQS}: {peak}")
-    assert peak > 0
+    # 900-token completions: the surplus waits for seconds, and the load stays on until the gauge was read with it
+    peaks = peaks_under_load(serving_vllm, burst, 900, lambda p: p.waiting > 0, model=NAME)
+    print(f"queue depth peak during a burst of {burst} clients at maxNumSeqs {MAX_NUM_SEQS}: {peaks}")
+    assert peaks.failed == 0, peaks.errors
+    assert peaks.waiting > 0
+    assert peaks.running <= MAX_NUM_SEQS

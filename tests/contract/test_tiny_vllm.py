@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 from qwen_fleet.plan.capacity_vllm import GIB, cpu_kv_cache_tokens, kv_pool
 from tests.contract.conftest import TINY_KV_SPACE_GIB
+from tests.support.queue_watch import peaks_under_load
 from tests.support.tiny_qwen import TinyQwen
 from tests.support.vllm_server import VllmServer
 
@@ -93,29 +91,13 @@ def test_metrics_names(tiny_vllm: VllmServer) -> None:
 
 def test_queue_depth_is_observable(tiny_vllm: VllmServer) -> None:
     """More concurrent requests than --max-num-seqs 8: the surplus waits, and the gauge shows it."""
-    stop = threading.Event()
-    peak = {"waiting": 0.0, "running": 0.0, "kv": 0.0}
-
-    def watch() -> None:
-        while not stop.is_set():
-            m = tiny_vllm.metrics()
-            peak["waiting"] = max(peak["waiting"], m["vllm:num_requests_waiting"])
-            peak["running"] = max(peak["running"], m["vllm:num_requests_running"])
-            peak["kv"] = max(peak["kv"], m["vllm:kv_cache_usage_perc"])
-            time.sleep(0.05)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
-        with ThreadPoolExecutor(max_workers=24) as pool:
-            results = list(pool.map(lambda i: chat(tiny_vllm, f"request {i}", 900)[0], range(24)))
-    finally:
-        stop.set()
-        watcher.join(timeout=10)
-    assert results == [200] * 24
-    assert 1 <= peak["running"] <= 8  # --max-num-seqs caps the batch ...
-    assert 1 <= peak["waiting"] <= 16  # ... and the rest queue, visibly (the HPA's signal)
-    assert 0 < peak["kv"] < 1
+    peaks = peaks_under_load(tiny_vllm, 24, 900, lambda p: p.waiting >= 1 and p.running >= 1 and p.kv > 0)
+    print(f"queue peaks under 24 clients at max-num-seqs 8: {peaks}")
+    assert peaks.failed == 0, peaks.errors
+    assert peaks.done > 0
+    assert 1 <= peaks.running <= 8  # --max-num-seqs caps the batch ...
+    assert 1 <= peaks.waiting <= 16  # ... and the rest queue, visibly (the HPA's signal)
+    assert 0 < peaks.kv < 1
 
 
 def test_kv_cache_size_matches_planner(tiny_vllm: VllmServer, tiny_qwen: TinyQwen, engine_avx512_bf16: bool) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from bench.autoscaling import SERVER_ARGS, EarlyVllmServer
+from bench.autoscaling import ENGINE_ENV, SERVER_ARGS, EarlyVllmServer
 
 from qwen_fleet_dev import metrics_stack as ms
 from qwen_fleet_dev.binaries import repo_root
@@ -33,7 +33,7 @@ def autoscaling_vllm(tmp_path_factory: pytest.TempPathFactory, vllm_python: str)
     minute-long start-up then overlaps the cluster's. The test calls ``wait_ready()`` and stops it when done.
     """
     model = make_tiny_model(tmp_path_factory.mktemp("tiny-qwen2-autoscaling"), TinyQwen(), python=vllm_python)
-    server = EarlyVllmServer(SERVER_ARGS, {"VLLM_CPU_KVCACHE_SPACE": "1"}, model, python=vllm_python,
+    server = EarlyVllmServer(SERVER_ARGS, ENGINE_ENV, model, python=vllm_python,
                              log_path=tmp_path_factory.mktemp("vllm-autoscaling") / "vllm.log").begin()
     try:
         yield server

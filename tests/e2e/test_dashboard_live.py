@@ -29,7 +29,8 @@ from typing import Any
 
 import pytest
 import yaml
-from bench.autoscaling import FLEET, Burst, Scenario
+from bench.autoscaling import FLEET, Scenario
+from bench.burst import Burst
 
 from qwen_fleet_dev import metrics_stack as ms
 from qwen_fleet_dev.cluster import LocalCluster
@@ -176,8 +177,11 @@ def test_every_panel_and_alert_evaluates_on_a_live_vllm_under_load(
         # vLLM alerts' expressions.
         tripped = _alerts({"prometheusRule": {**ALL_FEATURES["prometheusRule"], "queueDepthPerReplica": 0.5,
                                               "kvCacheUsage": 0.000001}})
+        # Asked until they trip while the load is still on: one instant read can fall in a moment the engine's
+        # queue is empty between requests.
         for name in ("QwenFleetQueueBackingUp", "QwenFleetKVCacheSaturated"):
-            (series,) = _fleet_series(stack, tripped[name], namespace)
+            (series,) = _wait(f"{name}'s expression to trip under load",
+                              lambda name=name: _fleet_series(stack, tripped[name], namespace), 90)
             assert series["metric"]["qwenfleet_io_inference"] == FLEET, series
         assert scenario.load.done > 0 and scenario.load.failed == 0
     finally:
