@@ -146,6 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-cache-dtype")
     p.add_argument("--tensor-parallel", type=int, default=1)
     p.add_argument("--quantization")
+    p.add_argument("--max-loras", type=int, default=0, help="LoRA adapters served at once (vLLM --max-loras)")
+    p.add_argument("--max-lora-rank", type=int, default=16, help="largest adapter rank (vLLM --max-lora-rank)")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("crd", help="print (or write) the generated CustomResourceDefinition")

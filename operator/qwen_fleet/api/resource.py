@@ -112,6 +112,9 @@ class CapacityStatus(ApiModel):
                                                description="Weight memory per GPU.")
     kv_cache_gi_b_per_gpu: float | None = Field(default=None, alias="kvCacheGiBPerGpu",
                                                 description="Memory left for the KV cache per GPU.")
+    lora_gi_b_per_gpu: float | None = Field(default=None, alias="loraGiBPerGpu",
+                                            description="LoRA adapter buffers vLLM preallocates per GPU "
+                                            "(serving.adapters x maxLoraRank), taken from the KV cache.")
     kv_bytes_per_token: int | None = Field(default=None, description="KV-cache bytes per token (all GPUs).")
     kv_cache_tokens: int | None = Field(default=None, description="Tokens the KV cache holds.")
     max_model_len: int | None = Field(default=None, description="Sequence length planned for.")

@@ -31,6 +31,7 @@ def _instruct(
     hidden: int,
     vocab: int,
     tied: bool,
+    intermediate: int,
     serving: ServingFacts = QWEN25_INSTRUCT,
 ) -> ModelFacts:
     repo = f"Qwen/Qwen2.5-{size}-Instruct"
@@ -47,6 +48,7 @@ def _instruct(
         vocab_size=vocab,
         native_context=_CONTEXT,
         tie_word_embeddings=tied,
+        intermediate_size=intermediate,
         serving=serving,
         sources=(f"{_HF}{repo}/blob/main/config.json", f"{_HF}{repo}", _BLOG),
     )
@@ -62,6 +64,7 @@ QWEN25_7B_INSTRUCT = _instruct(
     hidden=3584,
     vocab=_VOCAB_LARGE,
     tied=False,
+    intermediate=18944,
 )
 
 QWEN25_MODELS: tuple[ModelFacts, ...] = (
@@ -76,6 +79,7 @@ QWEN25_MODELS: tuple[ModelFacts, ...] = (
         hidden=896,
         vocab=_VOCAB_SMALL,
         tied=True,
+        intermediate=4864,
     ),
     _instruct(
         "1.5B",
@@ -88,6 +92,7 @@ QWEN25_MODELS: tuple[ModelFacts, ...] = (
         hidden=1536,
         vocab=_VOCAB_SMALL,
         tied=True,
+        intermediate=8960,
     ),
     _instruct(
         "3B",
@@ -100,6 +105,7 @@ QWEN25_MODELS: tuple[ModelFacts, ...] = (
         hidden=2048,
         vocab=_VOCAB_SMALL,
         tied=True,
+        intermediate=11008,
     ),
     QWEN25_7B_INSTRUCT,
     _instruct(
@@ -112,6 +118,7 @@ QWEN25_MODELS: tuple[ModelFacts, ...] = (
         hidden=5120,
         vocab=_VOCAB_LARGE,
         tied=False,
+        intermediate=13824,
     ),
     _instruct(
         "32B",
@@ -123,6 +130,7 @@ QWEN25_MODELS: tuple[ModelFacts, ...] = (
         hidden=5120,
         vocab=_VOCAB_LARGE,
         tied=False,
+        intermediate=27648,
     ),
     _instruct(
         "72B",
@@ -134,5 +142,6 @@ QWEN25_MODELS: tuple[ModelFacts, ...] = (
         hidden=8192,
         vocab=_VOCAB_LARGE,
         tied=False,
+        intermediate=29568,
     ),
 )

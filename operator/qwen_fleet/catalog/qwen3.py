@@ -41,6 +41,7 @@ def _dense(
     heads: int,
     hidden: int,
     tied: bool,
+    intermediate: int,
     serving: ServingFacts = QWEN3_HYBRID,
     extra_sources: tuple[str, ...] = (),
 ) -> ModelFacts:
@@ -58,6 +59,7 @@ def _dense(
         vocab_size=_VOCAB,
         native_context=_CONTEXT_2504,
         tie_word_embeddings=tied,
+        intermediate_size=intermediate,
         serving=serving,
         sources=_sources(repo, *extra_sources),
     )
@@ -77,13 +79,16 @@ def _release(base: ModelFacts, name: str, native_context: int, *extra_sources: s
     )
 
 
-QWEN3_0_6B = _dense("0.6B", params=0.6, layers=28, heads=16, hidden=1024, tied=True, serving=QWEN3_HYBRID_SMALL)
-QWEN3_1_7B = _dense("1.7B", params=1.7, layers=28, heads=16, hidden=2048, tied=True, serving=QWEN3_HYBRID_SMALL)
-QWEN3_4B = _dense("4B", params=4.0, layers=36, heads=32, hidden=2560, tied=True)
-QWEN3_8B = _dense("8B", params=8.2, layers=36, heads=32, hidden=4096, tied=False)
-QWEN3_14B = _dense("14B", params=14.8, layers=40, heads=40, hidden=5120, tied=False)
+QWEN3_0_6B = _dense("0.6B", intermediate=3072, params=0.6, layers=28, heads=16, hidden=1024, tied=True,
+                    serving=QWEN3_HYBRID_SMALL)
+QWEN3_1_7B = _dense("1.7B", intermediate=6144, params=1.7, layers=28, heads=16, hidden=2048, tied=True,
+                    serving=QWEN3_HYBRID_SMALL)
+QWEN3_4B = _dense("4B", intermediate=9728, params=4.0, layers=36, heads=32, hidden=2560, tied=True)
+QWEN3_8B = _dense("8B", intermediate=12288, params=8.2, layers=36, heads=32, hidden=4096, tied=False)
+QWEN3_14B = _dense("14B", intermediate=17408, params=14.8, layers=40, heads=40, hidden=5120, tied=False)
 QWEN3_32B = _dense(
     "32B",
+    intermediate=25600,
     params=32.8,
     layers=64,
     heads=64,
@@ -99,6 +104,7 @@ QWEN3_30B_A3B = ModelFacts(
     active_params_billion=3.3,
     num_experts=128,
     experts_per_token=8,
+    moe_intermediate_size=768,
     num_layers=48,
     full_attention_layers=48,
     num_attention_heads=32,
@@ -119,6 +125,7 @@ QWEN3_235B_A22B = ModelFacts(
     active_params_billion=22.0,
     num_experts=128,
     experts_per_token=8,
+    moe_intermediate_size=1536,
     num_layers=94,
     full_attention_layers=94,
     num_attention_heads=64,

@@ -39,6 +39,7 @@ def _gdn(key_heads: int, value_heads: int) -> LinearAttentionFacts:
 QWEN35_MODELS: tuple[ModelFacts, ...] = (
     ModelFacts(
         name="Qwen/Qwen3.5-9B",
+        intermediate_size=12288,
         family="qwen3.5",
         params_billion=9.0,
         checkpoint_params_billion=9.653,
@@ -61,6 +62,7 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
     ),
     ModelFacts(
         name="Qwen/Qwen3.5-27B",
+        intermediate_size=17408,
         family="qwen3.5",
         params_billion=27.0,
         num_layers=64,
@@ -79,6 +81,7 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
     ),
     ModelFacts(
         name="Qwen/Qwen3.6-27B",
+        intermediate_size=17408,
         family="qwen3.6",
         params_billion=27.0,
         checkpoint_params_billion=27.781,
@@ -94,10 +97,13 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
         serving=QWEN35,
         linear_attention=_gdn(key_heads=16, value_heads=48),
         tie_word_embeddings=False,  # card: "LM Output: 248320 (Padded)", i.e. its own head
+        unverified_fields=("intermediate_size",),  # Qwen3.5-27B's, the same architecture
         sources=_sources("Qwen/Qwen3.6-27B"),
     ),
     ModelFacts(
         name="Qwen/Qwen3.5-35B-A3B",
+        moe_intermediate_size=512,
+        shared_expert_intermediate_size=512,
         family="qwen3.5",
         params_billion=35.0,
         active_params_billion=3.0,
@@ -119,6 +125,8 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
     ),
     ModelFacts(
         name="Qwen/Qwen3.6-35B-A3B",
+        moe_intermediate_size=512,
+        shared_expert_intermediate_size=512,
         family="qwen3.6",
         params_billion=35.0,
         active_params_billion=3.0,
@@ -136,6 +144,7 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
         serving=QWEN35,
         linear_attention=_gdn(key_heads=16, value_heads=32),
         tie_word_embeddings=False,
+        unverified_fields=("moe_intermediate_size", "shared_expert_intermediate_size"),  # Qwen3.5-35B-A3B's
         sources=_sources("Qwen/Qwen3.6-35B-A3B", f"{_SLIME}qwen36-35B-A3B.sh"),
     ),
     ModelFacts(

@@ -55,6 +55,16 @@ class ModelFacts:
     unverified_fields: tuple[str, ...] = ()
     # Task, parsers, thinking switch and YaRN of the family (catalog/serving.py).
     serving: ServingFacts = GENERIC
+    # MLP widths (config.json `intermediate_size`, `moe_intermediate_size`,
+    # `shared_expert_intermediate_size`): the LoRA buffers vLLM preallocates are sized by them.
+    intermediate_size: int | None = None  # dense MLP; unused by an all-MoE model
+    moe_intermediate_size: int | None = None  # one routed expert
+    shared_expert_intermediate_size: int | None = None  # the always-on shared expert, if any
+    # Multimodal checkpoints: parameters of the vision encoder (and its patch mergers) inside the
+    # checkpoint count; vLLM skips loading them with --language-model-only.
+    vision_params_billion: float | None = None
+    # Set when vLLM 0.32 cannot load the architecture at all: why, and what to serve instead.
+    engine_unsupported: str | None = None
 
     @property
     def linear_attention_layers(self) -> int:
@@ -67,6 +77,10 @@ class ModelFacts:
     @property
     def is_hybrid(self) -> bool:
         return self.linear_attention is not None
+
+    @property
+    def is_multimodal(self) -> bool:
+        return self.vision_params_billion is not None
 
 
 @dataclass(frozen=True)

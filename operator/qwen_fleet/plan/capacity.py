@@ -31,6 +31,7 @@ from qwen_fleet.plan.capacity_vllm import (
     model_dtype,
     state_bytes_per_sequence,
 )
+from qwen_fleet.plan.lora import lora_bytes_per_gpu, lora_refusal, lora_warning
 
 __all__ = [
     "BatchingAdvice",
@@ -93,6 +94,8 @@ class CapacityInput:
     prefix_caching: bool = True  # vLLM's default; decides the state blocks of hybrid models
     mamba_ssm_cache_dtype: str = "auto"
     overhead_gib: float | None = None  # override the activation/non-torch estimate with a measured figure
+    max_loras: int = 0  # --max-loras when LoRA is on (0: off)
+    max_lora_rank: int = 16  # --max-lora-rank (vLLM's default)
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,7 @@ class Capacity:
     max_num_batched_tokens: int
     problems: tuple[Problem, ...] = ()
     warnings: tuple[str, ...] = ()
+    lora_bytes_per_gpu: int = 0  # adapter buffers vLLM preallocates with --enable-lora (plan/lora.py)
 
     @property
     def feasible(self) -> bool:
@@ -255,6 +259,9 @@ def plan_capacity(inp: CapacityInput) -> Capacity:
     if inp.expert_parallel and inp.data_parallel > 1:
         weights -= expert_bytes_moved_per_gpu(model, tp_ok, pp_ok, inp.data_parallel, _bytes_per_param(inp, quant))
     weights = max(0, weights - int(inp.cpu_offload_gib * GIB))
+    lora = lora_bytes_per_gpu(model, max_loras=inp.max_loras, max_rank=inp.max_lora_rank, tensor_parallel=tp_ok,
+                              pipeline_parallel=pp_ok, dtype=inp.dtype,
+                              expert_parallel_size=tp_ok * inp.data_parallel if inp.expert_parallel else 1)
     overhead = (
         int(inp.overhead_gib * GIB)
         if inp.overhead_gib is not None
@@ -268,7 +275,7 @@ def plan_capacity(inp: CapacityInput) -> Capacity:
         )
     )
     usable = int(inp.gpu_memory_gib * GIB * inp.gpu_memory_utilization)
-    kv_space = max(0, usable - weights - overhead)
+    kv_space = max(0, usable - weights - overhead - (lora or 0))
     pool = kv_pool(
         model,
         device="gpu",
@@ -290,6 +297,10 @@ def plan_capacity(inp: CapacityInput) -> Capacity:
             pool=pool,
             max_len=max_len,
         )
+    if problems and lora and not _memory_problems(inp, usable=usable, weights=weights, overhead=overhead,
+                                                  kv_space=kv_space + lora, pool=pool, max_len=max_len):
+        problems = [p for p in problems if p.reason not in _MEMORY_REASONS] + [
+            Problem("LoraAdaptersDoNotFit", lora_refusal(model.name, inp.max_loras, inp.max_lora_rank, lora))]
     concurrency = pool.max_concurrency(kv_space, max_len)
     return Capacity(
         input=inp,
@@ -309,8 +320,13 @@ def plan_capacity(inp: CapacityInput) -> Capacity:
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=batched,
         problems=tuple(problems),
-        warnings=tuple(_warnings(inp, max_len, max_num_seqs, concurrency)),
+        warnings=tuple(_warnings(inp, max_len, max_num_seqs, concurrency)
+                       + ([lora_warning(model)] if inp.max_loras and lora is None else [])),
+        lora_bytes_per_gpu=lora or 0,
     )
+
+
+_MEMORY_REASONS = ("WeightsDoNotFit", "NoMemoryForKVCache", "MaxModelLenExceedsKVCache")
 
 
 def _parallelism_problems(inp: CapacityInput) -> list[Problem]:

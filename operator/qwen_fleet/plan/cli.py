@@ -72,7 +72,9 @@ def _print_layout(cr: QwenInference, cap: Capacity) -> bool:
     for line in format_layout(layout, model.num_layers):
         print(f"  {line}")
     gib = 1024**3
-    print(f"    per GPU: weights {cap.weight_bytes_per_gpu / gib:.2f} GiB, KV cache "
+    lora = (f", LoRA {cap.lora_bytes_per_gpu / gib:.2f} GiB ({cap.input.max_loras} adapter(s) x rank "
+            f"{cap.input.max_lora_rank})" if cap.lora_bytes_per_gpu else "")
+    print(f"    per GPU: weights {cap.weight_bytes_per_gpu / gib:.2f} GiB{lora}, KV cache "
           f"{cap.kv_cache_bytes_per_gpu / gib:.2f} GiB; per replica: {layout.data} engine(s) x "
           f"{cap.kv_cache_tokens:,} KV tokens")
     problems = parallel_problems(model, layout)
@@ -100,10 +102,14 @@ def plan_command(args: argparse.Namespace) -> int:
     util = args.gpu_memory_utilization or VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
     inp = CapacityInput(model=model, gpu_memory_gib=gpu.memory_gib, tensor_parallel=args.tensor_parallel,
                         gpu_memory_utilization=util, max_model_len=args.max_model_len,
-                        kv_cache_dtype=args.kv_cache_dtype or "auto", quantization=args.quantization)
+                        kv_cache_dtype=args.kv_cache_dtype or "auto", quantization=args.quantization,
+                        max_loras=args.max_loras, max_lora_rank=args.max_lora_rank)
     caps = [plan_capacity(inp)]
     print(f"{model.name} on {gpu.product} ({gpu.memory_gib:.1f} GiB), gpu_memory_utilization {util:g}")
     _print_details(caps)
+    if caps[0].lora_bytes_per_gpu:
+        print(f"LoRA buffers per GPU: {caps[0].lora_bytes_per_gpu / 1024**3:.2f} GiB ({args.max_loras} adapter(s) "
+              f"x rank {args.max_lora_rank}), taken from the KV cache")
     print(f"tensor-parallel sizes that divide the heads: {valid_tensor_sizes(model)}")
     if caps[0].feasible:
         advice = suggest_batching(model, gpu, max_model_len=caps[0].max_model_len, gpu_memory_utilization=util,

@@ -18,6 +18,7 @@ from qwen_fleet.plan.serving import effective_context, mtp_layers
 GIB = 1024**3
 # vLLM 0.32's --gpu-memory-utilization default (read from its argument parser by the contract test).
 VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
+VLLM_DEFAULT_MAX_LORA_RANK = 16  # LoRAConfig.max_lora_rank
 
 
 def gpu_memory_gib(spec: QwenInferenceSpec) -> float | None:
@@ -52,6 +53,9 @@ def capacity_input(spec: QwenInferenceSpec, memory_gib: float) -> CapacityInput 
         kv_cache_dtype=engine.kv_cache_dtype or "auto",
         cpu_offload_gib=engine.cpu_offload_gi_b or 0.0,
         prefix_caching=engine.enable_prefix_caching if engine.enable_prefix_caching is not None else True,
+        # --max-loras is the adapter count (render/engine_args.py); vLLM's --max-lora-rank default is 16.
+        max_loras=len(spec.serving.adapters),
+        max_lora_rank=spec.serving.max_lora_rank or VLLM_DEFAULT_MAX_LORA_RANK,
     )
 
 
@@ -65,6 +69,7 @@ def to_status(cap: Capacity, memory_gib: float) -> CapacityStatus:
         kv_cache_tokens=cap.kv_cache_tokens,
         max_model_len=cap.max_model_len,
         max_concurrent_sequences=round(cap.max_concurrency, 1),
+        lora_gi_b_per_gpu=round(cap.lora_bytes_per_gpu / GIB, 2) if cap.lora_bytes_per_gpu else None,
         warnings=list(cap.warnings),
     )
 
