@@ -87,9 +87,9 @@ def test_standard_models_have_full_attention_everywhere(model: ModelFacts) -> No
     assert model.linear_attention is None
 
 
-def test_hybrid_families_are_exactly_qwen35_and_qwen36() -> None:
-    assert {m.family for m in HYBRID} == {"qwen3.5", "qwen3.6"}
-    assert all(m.family in {"qwen3", "qwen2.5"} for m in STANDARD)
+def test_hybrid_families_are_exactly_qwen35_qwen36_and_qwen3_next() -> None:
+    assert {m.family for m in HYBRID} == {"qwen3.5", "qwen3.6", "qwen3-next"}
+    assert all(m.family in {"qwen3", "qwen3-vl", "qwen2.5", "qwen1"} for m in STANDARD)
 
 
 @pytest.mark.parametrize("model", MODELS, ids=_ids(MODELS))
@@ -108,10 +108,10 @@ def test_linear_value_heads_group_over_key_heads(model: ModelFacts) -> None:
 
 @pytest.mark.parametrize("model", MODELS, ids=_ids(MODELS))
 def test_head_dim_matches_the_family(model: ModelFacts) -> None:
-    if model.family == "qwen2.5":
+    if model.family in ("qwen2.5", "qwen1"):
         # Qwen2 configs carry no head_dim; transformers derives it as hidden / heads.
         assert model.head_dim * model.num_attention_heads == model.hidden_size
-    elif model.family == "qwen3":
+    elif model.family in ("qwen3", "qwen3-vl"):
         assert model.head_dim == 128
     else:
         assert model.head_dim == 256
@@ -145,7 +145,7 @@ def test_unverified_fields_name_real_fields(model: ModelFacts) -> None:
 
 @pytest.mark.parametrize("model", MODELS, ids=_ids(MODELS))
 def test_native_context_is_a_known_window(model: ModelFacts) -> None:
-    assert model.native_context in {32768, 40960, 262144}
+    assert model.native_context in {8192, 32768, 40960, 262144}  # 8192: Qwen1
 
 
 def test_qwen3_2507_releases_keep_their_base_architecture() -> None:
@@ -372,3 +372,23 @@ def test_docs_list_every_entry_and_every_unverified_field() -> None:
             assert f"`{model.name}`: `{name}`" in text, (model.name, name)
     for gpu in GPUS:
         assert f"`{gpu.product}`" in text, gpu.product
+
+
+def test_hybrid_full_attention_layers_follow_the_interval() -> None:
+    for model in HYBRID:
+        assert model.full_attention_interval is not None
+        assert model.full_attention_layers * model.full_attention_interval == model.num_layers, model.name
+
+
+def test_multimodal_checkpoints_hold_their_vision_encoder() -> None:
+    # Qwen3-VL-8B: the published checkpoint (8.77B) less Qwen3-8B's language model (8.19B) is the encoder the
+    # catalog computes from vision_config (0.576B), within the checkpoint figure's rounding.
+    vl = find_model("Qwen/Qwen3-VL-8B-Instruct")
+    assert vl is not None and vl.vision_params_billion is not None and vl.checkpoint_params_billion is not None
+    assert abs(vl.checkpoint_params_billion - 8.19 - vl.vision_params_billion) < 0.01
+
+
+def test_qwen1_is_catalogued_but_refused_with_the_replacement() -> None:
+    qwen1 = find_model("Qwen/Qwen-7B")
+    assert qwen1 is not None and qwen1.engine_unsupported is not None
+    assert "Qwen/Qwen2.5-7B-Instruct" in qwen1.engine_unsupported

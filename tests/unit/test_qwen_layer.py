@@ -231,3 +231,32 @@ def test_adapters_on_a_pooling_model_are_stalled_and_not_rendered() -> None:
     cr, plan = plan_of("Qwen/Qwen3-Embedding-0.6B", serving={"adapters": [{"name": "a", "repo": "o/r"}]})
     assert "--enable-lora" not in engine_args(cr, plan)
     assert [p.reason for p in plan.problems] == ["AdaptersOnPoolingModel"]
+
+
+# --- catalog additions -------------------------------------------------------------------------------------
+
+
+def test_qwen1_is_stalled_naming_the_replacement() -> None:
+    cr = QwenInference.model_validate({"metadata": {"name": "q", "namespace": "ns"}, "spec": {
+        "model": {"name": "Qwen/Qwen-7B", "trustRemoteCode": True}, "gpu": {"product": "NVIDIA-A10G"}}})
+    plan = make_plan(cr, OperatorConfig())
+    assert [p.reason for p in plan.problems] == ["ModelUnsupportedByEngine"]
+    assert "Qwen/Qwen2.5-7B-Instruct" in plan.problems[0].message
+
+
+@pytest.mark.parametrize(("model", "reasoning", "tools"), [
+    ("Qwen/Qwen3-Next-80B-A3B-Instruct", None, "hermes"),
+    ("Qwen/Qwen3-Next-80B-A3B-Thinking", "qwen3", "hermes"),
+    ("Qwen/Qwen3-Coder-480B-A35B-Instruct", None, "qwen3_coder"),
+    ("Qwen/Qwen3-VL-8B-Instruct", None, "hermes"),
+])
+def test_new_families_get_their_parsers(model: str, reasoning: str | None, tools: str | None) -> None:
+    args = flags(model)
+    assert value(args, "--reasoning-parser") == reasoning
+    assert value(args, "--tool-call-parser") == tools
+
+
+def test_qwen3_next_takes_mtp_and_embedding_models_embed() -> None:
+    args = flags("Qwen/Qwen3-Next-80B-A3B-Instruct", serving={"speculative": {}})
+    assert json.loads(value(args, "--speculative-config") or "") == {"method": "mtp", "num_speculative_tokens": 1}
+    assert value(flags("Qwen/Qwen3-Embedding-8B"), "--convert") == "embed"

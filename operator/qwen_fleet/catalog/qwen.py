@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from qwen_fleet.catalog.qwen3 import QWEN3_4B, QWEN3_8B, QWEN3_235B_A22B_2507, QWEN3_MODELS
+from qwen_fleet.catalog.qwen3_more import QWEN3_MORE_MODELS
 from qwen_fleet.catalog.qwen25 import QWEN25_7B_INSTRUCT, QWEN25_MODELS
 from qwen_fleet.catalog.qwen35 import QWEN35_MODELS
 from qwen_fleet.catalog.types import ModelFacts
@@ -86,4 +87,5 @@ QUANTIZED_MODELS: tuple[ModelFacts, ...] = (
     ),
 )
 
-ALL_MODELS: tuple[ModelFacts, ...] = QWEN35_MODELS + QWEN3_MODELS + QWEN25_MODELS + QUANTIZED_MODELS
+ALL_MODELS: tuple[ModelFacts, ...] = (QWEN35_MODELS + QWEN3_MODELS + QWEN3_MORE_MODELS + QWEN25_MODELS
+                                      + QUANTIZED_MODELS)

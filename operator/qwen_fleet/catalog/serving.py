@@ -82,4 +82,7 @@ QWEN3_RERANKER = ServingFacts(task="score", hf_overrides=(
     ("classifier_from_token", ("no", "yes")),
     ("is_original_qwen3_reranker", True),
 ))
+# Qwen3-Next ships one MTP layer (vLLM's qwen3_next_mtp, served as method "mtp"); tools in the Hermes format.
+QWEN3_NEXT_INSTRUCT = ServingFacts(tool_format="hermes", mtp=True)
+QWEN3_NEXT_THINKING = ServingFacts(reasoning_parser="qwen3", tool_format="hermes", mtp=True)
 GENERIC = ServingFacts()

@@ -118,6 +118,8 @@ def _plan_serving(spec: QwenInferenceSpec) -> tuple[ServingPlan, list[Problem]]:
 def _family_problems(spec: QwenInferenceSpec, model: ModelFacts, task: str) -> list[Problem]:
     facts, wanted, name = model.serving, spec.serving, model.name
     out = []
+    if model.engine_unsupported:
+        out.append(Problem("ModelUnsupportedByEngine", model.engine_unsupported))
     if task != facts.task:
         out.append(Problem("ServingTaskUnsupported",
                            f"{name} is a {facts.task} model; serving.task {task} needs a checkpoint made for "

@@ -1,0 +1,145 @@
+"""Qwen3-Next, Qwen3-Coder-480B, Qwen3-Embedding 4B/8B, Qwen3-VL, and Qwen-7B (Qwen1, retired by vLLM).
+
+Numbers are each repo's config.json (`text_config` for Qwen3-VL); docs/catalog.md lists the source of each
+and what is derived. The Qwen3-VL vision encoder sizes are computed from `vision_config` (vision.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from qwen_fleet.catalog.qwen3 import QWEN3_4B, QWEN3_8B, QWEN3_30B_A3B
+from qwen_fleet.catalog.serving import (
+    QWEN3_CODER,
+    QWEN3_EMBEDDING,
+    QWEN3_INSTRUCT_2507,
+    QWEN3_NEXT_INSTRUCT,
+    QWEN3_NEXT_THINKING,
+    ServingFacts,
+)
+from qwen_fleet.catalog.types import LinearAttentionFacts, ModelFacts
+from qwen_fleet.catalog.vision import qwen3_vision_params_billion
+
+_HF = "https://huggingface.co/"
+_VOCAB = 151936
+_CONTEXT_2507 = 262144
+
+
+def _sources(repo: str, *extra: str) -> tuple[str, ...]:
+    return (f"{_HF}{repo}/blob/main/config.json", f"{_HF}{repo}", *extra)
+
+
+def _next(variant: str, serving: ServingFacts) -> ModelFacts:
+    repo = f"Qwen/Qwen3-Next-80B-A3B-{variant}"
+    return ModelFacts(
+        name=repo,
+        family="qwen3-next",
+        params_billion=80.0,
+        active_params_billion=3.0,
+        num_experts=512,
+        experts_per_token=10,
+        moe_intermediate_size=512,
+        shared_expert_intermediate_size=512,
+        intermediate_size=5120,
+        num_layers=48,
+        full_attention_layers=12,
+        full_attention_interval=4,
+        num_attention_heads=16,
+        num_kv_heads=2,
+        head_dim=256,
+        hidden_size=2048,
+        vocab_size=_VOCAB,
+        native_context=_CONTEXT_2507,
+        linear_attention=LinearAttentionFacts(num_key_heads=16, num_value_heads=32, key_head_dim=128,
+                                              value_head_dim=128, conv_kernel_size=4),
+        tie_word_embeddings=False,
+        serving=serving,
+        sources=_sources(repo, "https://huggingface.co/docs/transformers/model_doc/qwen3_next"),
+    )
+
+
+QWEN3_NEXT_80B_A3B_INSTRUCT = _next("Instruct", QWEN3_NEXT_INSTRUCT)
+QWEN3_NEXT_80B_A3B_THINKING = _next("Thinking", QWEN3_NEXT_THINKING)
+
+QWEN3_CODER_480B_A35B = ModelFacts(
+    name="Qwen/Qwen3-Coder-480B-A35B-Instruct",
+    family="qwen3",
+    params_billion=480.0,
+    active_params_billion=35.0,
+    num_experts=160,
+    experts_per_token=8,
+    moe_intermediate_size=2560,
+    num_layers=62,
+    full_attention_layers=62,
+    num_attention_heads=96,
+    num_kv_heads=8,
+    head_dim=128,
+    hidden_size=6144,
+    vocab_size=_VOCAB,
+    native_context=_CONTEXT_2507,
+    tie_word_embeddings=False,
+    serving=QWEN3_CODER,
+    aliases=("Qwen3-Coder-480B-A35B",),
+    sources=_sources("Qwen/Qwen3-Coder-480B-A35B-Instruct", "https://qwenlm.github.io/blog/qwen3-coder/",
+                     "https://github.com/THUDM/slime/blob/main/scripts/models/qwen3-coder-480B-A35B.sh"),
+)
+
+
+def _embedding(base: ModelFacts, size: str) -> ModelFacts:
+    repo = f"Qwen/Qwen3-Embedding-{size}"
+    # Built on the Qwen3 base of the same size (card: layers, 32K sequence length, last-token pooling).
+    return replace(base, name=repo, native_context=32768, serving=QWEN3_EMBEDDING, base_model=base.name,
+                   aliases=(), vocab_size=151665, unverified_fields=("vocab_size", "tie_word_embeddings", "dtype"),
+                   sources=_sources(repo))
+
+
+QWEN3_EMBEDDING_4B = _embedding(QWEN3_4B, "4B")
+QWEN3_EMBEDDING_8B = _embedding(QWEN3_8B, "8B")
+
+
+def _vl(base: ModelFacts, repo: str, checkpoint: float, vision: float, unverified: tuple[str, ...] = ()) -> ModelFacts:
+    """A Qwen3-VL checkpoint: its language model is `base`'s architecture with a 262,144 window."""
+    return replace(base, name=repo, family="qwen3-vl", native_context=_CONTEXT_2507, serving=QWEN3_INSTRUCT_2507,
+                   checkpoint_params_billion=checkpoint, vision_params_billion=vision, base_model=None,
+                   aliases=(), unverified_fields=unverified, sources=_sources(repo))
+
+
+QWEN3_VL_8B_INSTRUCT = _vl(QWEN3_8B, "Qwen/Qwen3-VL-8B-Instruct", 8.77,
+                           qwen3_vision_params_billion(out_hidden=4096, deepstack=3))
+QWEN3_VL_30B_A3B_INSTRUCT = _vl(QWEN3_30B_A3B, "Qwen/Qwen3-VL-30B-A3B-Instruct", 31.07,
+                                qwen3_vision_params_billion(out_hidden=2048, deepstack=3),
+                                unverified=("checkpoint_params_billion",))
+
+# Qwen1 (2023): QWenLMHeadModel, remote code. vLLM dropped the architecture after v0.23.0.
+QWEN_7B = ModelFacts(
+    name="Qwen/Qwen-7B",
+    family="qwen1",
+    params_billion=7.7,
+    num_layers=32,
+    full_attention_layers=32,
+    num_attention_heads=32,
+    num_kv_heads=32,
+    head_dim=128,
+    hidden_size=4096,
+    vocab_size=151936,
+    native_context=8192,
+    tie_word_embeddings=False,
+    unverified_fields=("native_context",),
+    engine_unsupported=(
+        "vLLM 0.32 cannot load Qwen-7B (Qwen1, QWenLMHeadModel): the architecture was supported until vLLM "
+        "v0.23.0 (vllm/model_executor/models/registry.py, _PREVIOUSLY_SUPPORTED_MODELS), and trustRemoteCode "
+        "does not bring it back. Serve Qwen/Qwen2.5-7B-Instruct (same size, native vLLM support) or pin "
+        "engine.image to a vLLM 0.23 image"),
+    sources=_sources("Qwen/Qwen-7B", "https://github.com/QwenLM/Qwen"),
+)
+
+QWEN3_MORE_MODELS: tuple[ModelFacts, ...] = (
+    QWEN3_NEXT_80B_A3B_INSTRUCT,
+    QWEN3_NEXT_80B_A3B_THINKING,
+    QWEN3_CODER_480B_A35B,
+    QWEN3_EMBEDDING_4B,
+    QWEN3_EMBEDDING_8B,
+    QWEN3_VL_8B_INSTRUCT,
+    QWEN3_VL_30B_A3B_INSTRUCT,
+    QWEN_7B,
+)
