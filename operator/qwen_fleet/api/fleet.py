@@ -87,7 +87,42 @@ class Parallelism(ApiModel, rules=[
         return self.tensor * self.data if self.expert else 1
 
 
-class GpuSpec(ApiModel):
+MIG_PROFILE = r"^[1-7]g\.[0-9]{1,3}gb$"
+TIME_SLICED_RESOURCE = "nvidia.com/gpu.shared"
+
+
+class GpuSharing(ApiModel, rules=[Rule(
+    cel="has(self.mig) != has(self.timeSlices)",
+    check=lambda g: (g.mig is None) != (g.time_slices is None),
+    message="gpu.sharing names exactly one of mig (a MIG profile) or timeSlices (engines per time-sliced GPU)",
+)]):
+    """One GPU shared by several engines: a MIG slice, or a time-sliced share (NVIDIA device plugin)."""
+
+    mig: str | None = Field(default=None, pattern=MIG_PROFILE, description="MIG profile of the slice each engine "
+                            "gets, e.g. 1g.10gb, 2g.20gb, 3g.40gb (A100/H100 80GB) or 1g.18gb (H200): the pod "
+                            "requests nvidia.com/mig-<profile> (the device plugin's mixed MIG strategy) and the "
+                            "planner uses the slice's memory.")
+    time_slices: int | None = Field(default=None, ge=2, le=48, description="Engines sharing one time-sliced GPU "
+                                    "(the device plugin's replicas, renameByDefault: true): the pod requests "
+                                    "nvidia.com/gpu.shared, and engine.gpuMemoryUtilization must leave room for "
+                                    "the others (at most 1/timeSlices).")
+
+    @property
+    def resource_name(self) -> str:
+        return f"nvidia.com/mig-{self.mig}" if self.mig else TIME_SLICED_RESOURCE
+
+    @property
+    def mig_memory_gib(self) -> float | None:
+        """The slice's memory as its profile names it (GB, 10^9 bytes): at or below what NVML reports."""
+        return int(self.mig.split(".")[1][:-2]) * 1e9 / 1024**3 if self.mig else None
+
+
+class GpuSpec(ApiModel, rules=[Rule(
+    cel="!has(self.sharing) || !has(self.resourceName) || self.resourceName == 'nvidia.com/gpu'",
+    check=lambda g: g.sharing is None or g.resource_name == "nvidia.com/gpu",
+    message="gpu.sharing sets the resource the pod requests (nvidia.com/mig-<profile> or nvidia.com/gpu.shared): "
+            "leave gpu.resourceName unset",
+)]):
     """The GPU type replicas run on."""
 
     product: str | None = Field(default=None, max_length=63, pattern=LABEL_VALUE, description="GPU model "
@@ -100,6 +135,13 @@ class GpuSpec(ApiModel):
     memory_gi_b: float | None = Field(default=None, alias="memoryGiB", gt=0, le=4096,
                                       description="GPU memory in GiB for planning, when the product is not "
                                       "in the catalog or to override it.")
+    sharing: GpuSharing | None = Field(default=None, description="Share one GPU between engines (MIG slice or "
+                                       "time-slicing). One GPU per replica only: parallelism stays 1.")
+
+    @property
+    def requested_resource(self) -> str:
+        """The extended resource a pod requests: the sharing's, else resourceName."""
+        return self.sharing.resource_name if self.sharing else self.resource_name
 
 
 class NcclPreflight(ApiModel):

@@ -41,6 +41,14 @@ class QwenInferenceSpec(ApiModel, rules=[
          check=lambda s: s.device != "CPU" or (s.parallelism.gpus_per_replica == 1 and s.parallelism.nodes == 1),
          message="device CPU runs one engine process per replica: parallelism.tensor x pipeline x data and "
                  "nodes must be 1"),
+    Rule(cel="!has(self.gpu.sharing) || (self.device == 'GPU' && self.parallelism.tensor * "
+             "self.parallelism.pipeline * self.parallelism.data == 1 && self.parallelism.nodes == 1)",
+         check=lambda s: s.gpu.sharing is None or (s.device == "GPU" and s.parallelism.gpus_per_replica == 1
+                                                   and s.parallelism.nodes == 1),
+         message="gpu.sharing gives each engine one MIG slice or one time-sliced share of a GPU: "
+                 "parallelism.tensor, pipeline and data must be 1 (NCCL does not run across MIG slices, and "
+                 "shares of one GPU add no memory or compute); use whole GPUs (remove gpu.sharing) for tensor "
+                 "parallelism"),
     Rule(cel="self.device != 'CPU' || has(self.engine.image)",
          check=lambda s: s.device != "CPU" or s.engine.image is not None,
          message="device CPU needs engine.image, a CPU build of vLLM: the default image is vLLM's CUDA build"),

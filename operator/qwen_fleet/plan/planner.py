@@ -22,8 +22,11 @@ VLLM_DEFAULT_MAX_LORA_RANK = 16  # LoRAConfig.max_lora_rank
 
 
 def gpu_memory_gib(spec: QwenInferenceSpec) -> float | None:
+    """Memory one engine plans with: gpu.memoryGiB, else a MIG slice's, else the catalog GPU's."""
     if spec.gpu.memory_gi_b:
         return spec.gpu.memory_gi_b
+    if spec.gpu.sharing is not None and spec.gpu.sharing.mig_memory_gib is not None:
+        return spec.gpu.sharing.mig_memory_gib
     gpu = find_gpu(spec.gpu.product) if spec.gpu.product else None
     return gpu.memory_gib if gpu else None
 
@@ -116,5 +119,17 @@ def _assess_known(spec: QwenInferenceSpec) -> tuple[CapacityStatus | None, list[
     inp = capacity_input(spec, memory)
     assert inp is not None
     cap = plan_capacity(inp)
-    problems = list(cap.problems)
+    problems = list(cap.problems) + _time_slice_problems(spec, inp.gpu_memory_utilization)
     return to_status(cap, memory), problems, list(cap.warnings)
+
+
+def _time_slice_problems(spec: QwenInferenceSpec, utilization: float) -> list[Problem]:
+    """Time-sliced engines share one GPU's memory, and vLLM claims gpu_memory_utilization x the whole GPU."""
+    slices = spec.gpu.sharing.time_slices if spec.gpu.sharing else None
+    if not slices or utilization * slices <= 1.0:
+        return []
+    most = int(100 / slices) / 100
+    return [Problem("TimeSlicedMemoryOvercommitted",
+                    f"gpu.sharing.timeSlices {slices} puts {slices} engines on one GPU, each claiming "
+                    f"gpuMemoryUtilization {utilization:g} of it ({slices * utilization:g} in all): set "
+                    f"engine.gpuMemoryUtilization to {most:g} or less")]

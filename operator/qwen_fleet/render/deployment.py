@@ -90,7 +90,7 @@ def _server_env(cr: QwenInference) -> list[dict[str, Any]]:
 def _resources(cr: QwenInference, plan: Plan) -> dict[str, Any]:
     amounts: dict[str, str] = {}
     if plan.gpus_per_pod:
-        amounts[cr.spec.gpu.resource_name] = str(plan.gpus_per_pod)
+        amounts[cr.spec.gpu.requested_resource] = str(plan.gpus_per_pod)
     if plan.cpu is not None:
         amounts["cpu"] = plan.cpu
     if plan.memory is not None:
