@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from qwen_fleet.api import QwenInference
 from qwen_fleet.config import OperatorConfig
 from qwen_fleet.plan import make_plan
+from qwen_fleet.plan.planner import capacity_input
 from qwen_fleet.render.engine_args import engine_args
 
 pytestmark = pytest.mark.vllm
@@ -47,6 +48,7 @@ FAMILY_DEFAULTS: dict[str, tuple[str, str, str | None]] = {
     "Qwen/Qwen3-8B": ("generate", "qwen3", "hermes"),
     "Qwen/Qwen3-4B-Thinking-2507": ("generate", "qwen3", "hermes"),
     "Qwen/Qwen3-Coder-30B-A3B-Instruct": ("generate", "", "qwen3_coder"),
+    "Qwen/Qwen3-VL-8B-Instruct": ("generate", "", "hermes"),
     "Qwen/Qwen3-Reranker-0.6B": ("score", "", None),
     "Qwen/Qwen3-Embedding-0.6B": ("embed", "", None),
     "Qwen/Qwen3-Reranker-0.6B-custom": ("generate", "", None),  # not in the catalog
@@ -54,6 +56,10 @@ FAMILY_DEFAULTS: dict[str, tuple[str, str, str | None]] = {
 }
 # Of FAMILY_DEFAULTS, the ones whose checkpoint has an MTP layer.
 MTP_MODELS = {"Qwen/Qwen3.6-27B", "Qwen/Qwen3.5-397B-A17B"}
+# Of FAMILY_DEFAULTS, the catalogued ones with a vision encoder (serving.multimodal on any other catalogued
+# model is Stalled and not rendered; models outside the catalog get what the spec asks).
+VISION_MODELS = {"Qwen/Qwen3.6-27B", "Qwen/Qwen3.5-397B-A17B", "Qwen/Qwen3-VL-8B-Instruct"}
+NOT_CATALOGUED = {"some-org/custom-model", "Qwen/Qwen3-Reranker-0.6B-custom"}
 RERANKER_OVERRIDES = {"architectures": ["Qwen3ForSequenceClassification"], "classifier_from_token": ["no", "yes"],
                       "is_original_qwen3_reranker": True}
 
@@ -93,8 +99,7 @@ def expected_serving(cr: QwenInference) -> dict[str, Any]:
         reasoning = family_reasoning if s.reasoning_parser is None else s.reasoning_parser.replace("none", "")
         tool = family_tool if s.tool_call_parser is None else (None if s.tool_call_parser == "none"
                                                                else s.tool_call_parser)
-    mtp = task == "generate" and s.speculative is not None and cr.spec.model.name in MTP_MODELS | {
-        "some-org/custom-model", "Qwen/Qwen3-Reranker-0.6B-custom"}
+    mtp = task == "generate" and s.speculative is not None and cr.spec.model.name in MTP_MODELS | NOT_CATALOGUED
     adapters = s.adapters if task == "generate" else []  # else Stalled, not rendered
     lora = {"enable_lora": True if adapters else None, "max_loras": len(adapters) or 1,
             "max_lora_rank": (s.max_lora_rank or 16) if adapters else 16,
@@ -102,7 +107,12 @@ def expected_serving(cr: QwenInference) -> dict[str, Any]:
                              for a in adapters] or None}
     speculative = {"method": "mtp", "num_speculative_tokens": s.speculative.num_speculative_tokens} \
         if mtp and s.speculative else None
-    return lora | {"speculative_config": speculative,
+    media = s.multimodal if cr.spec.model.name in VISION_MODELS | NOT_CATALOGUED else None
+    limits = media.limits_per_prompt if media else None
+    multimodal = {"language_model_only": bool(media and media.language_model_only),
+                  "limit_mm_per_prompt": {k: v for k, v in (("image", limits.image), ("video", limits.video))
+                                          if v is not None} if limits else {}}
+    return lora | multimodal | {"speculative_config": speculative,
             "reasoning_parser": reasoning, "tool_call_parser": tool, "enable_auto_tool_choice": tool is not None,
             "default_chat_template_kwargs": None if s.thinking is None or task != "generate"
             else {"enable_thinking": s.thinking},
@@ -133,10 +143,15 @@ def _check_overrides(cr: QwenInference, parsed: dict[str, Any]) -> None:
 
 
 def _check(cr: QwenInference, parsed: dict[str, Any]) -> None:
-    assert "error" not in parsed, (parsed, engine_args(cr, make_plan(cr, OperatorConfig())))
+    plan = make_plan(cr, OperatorConfig())
+    assert "error" not in parsed, (parsed, engine_args(cr, plan))
     for field, value in expected(cr).items():
         assert parsed[field] == value, (field, parsed[field], value)
     _check_overrides(cr, parsed)
+    if cr.spec.model.name in VISION_MODELS:
+        # The planner counts the encoder's weights exactly when vLLM's own rule builds it.
+        planned = capacity_input(cr.spec, 80.0)
+        assert planned is not None and planned.vision_encoder == parsed["vision_tower_built"], parsed
 
 
 def test_examples_parse_in_the_real_vllm_parser(vllm_python: str) -> None:
@@ -210,6 +225,11 @@ def serving_specs(draw: st.DrawFn) -> dict[str, Any]:
                     "maxLoraRank": maybe(st.sampled_from([8, 16, 64, 512]))}
         if serving["thinking"] and serving["reasoningParser"] == "none":
             serving["thinking"] = None
+    limits = st.fixed_dictionaries({}, optional={"image": st.integers(0, 8), "video": st.integers(0, 2)})
+    serving["multimodal"] = maybe(st.one_of(
+        st.just({"languageModelOnly": True}),
+        st.fixed_dictionaries({"limitsPerPrompt": limits.filter(bool)},
+                              optional={"languageModelOnly": st.just(False)})))
     return {k: v for k, v in serving.items() if v is not None}
 
 
@@ -258,7 +278,7 @@ def test_generated_specs_parse_with_the_spec_values(parser: Parser, spec: dict[s
 
 
 QWEN_FLAGS = ("--reasoning-parser", "--tool-call-parser", "--default-chat-template-kwargs", "--convert", "--runner",
-              "--speculative-config", "--lora-modules")
+              "--speculative-config", "--lora-modules", "--language-model-only", "--limit-mm-per-prompt")
 QWEN_FLAGS_SEEN: list[str] = []
 
 

@@ -16,7 +16,7 @@ FIELDS = (
     "kv_offloading_size", "kv_offloading_backend", "cpu_offload_gb", "scheduling_policy", "trust_remote_code",
     "shutdown_timeout", "runner", "hf_overrides", "convert", "reasoning_parser", "tool_call_parser",
     "enable_auto_tool_choice", "default_chat_template_kwargs", "speculative_config", "enable_lora", "max_loras",
-    "max_lora_rank", "lora_modules",
+    "max_lora_rank", "lora_modules", "language_model_only", "limit_mm_per_prompt",
 )
 
 
@@ -31,6 +31,17 @@ def check_parser_names(args):
         ToolParserManager.get_tool_parser(args.tool_call_parser)
 
 
+def vision_tower_built(args):
+    """What vLLM's own rule says of the Qwen3-VL / Qwen3.5 vision tower for these flags: the models build it
+    under `_mark_tower_model(vllm_config, {"image", "video"})`, which leaves it out when the config's limit of
+    every one of those modalities is 0."""
+    from vllm.config.multimodal import MultiModalConfig
+
+    config = MultiModalConfig(language_model_only=args.language_model_only,
+                              limit_per_prompt=args.limit_mm_per_prompt or {})
+    return not all(config.get_limit_per_prompt(m) == 0 for m in ("image", "video"))
+
+
 def parse(parser, argv):
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.entrypoints.launchers.cli_args import validate_parsed_serve_args
@@ -42,6 +53,7 @@ def parse(parser, argv):
             validate_parsed_serve_args(args)
             AsyncEngineArgs.from_cli_args(args)  # the step the server takes next; types must fit
             check_parser_names(args)
+            built = vision_tower_built(args)
     except SystemExit:
         return {"error": err.getvalue().strip().splitlines()[-1] if err.getvalue() else "exit"}
     except Exception as exc:  # reported back to the test
@@ -51,7 +63,10 @@ def parse(parser, argv):
         value = getattr(args, name, None)
         if name == "lora_modules" and value:  # LoRAModulePath dataclasses
             value = [{"name": m.name, "path": m.path} for m in value]
+        if name == "limit_mm_per_prompt":  # the parsed JSON (a dict); {} when the flag is absent
+            value = dict(value or {})
         out[name] = value if isinstance(value, (str, int, float, bool, list, dict, type(None))) else str(value)
+    out["vision_tower_built"] = built
     return out
 
 

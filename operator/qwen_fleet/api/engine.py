@@ -52,7 +52,7 @@ OWNED_FLAGS: tuple[str, ...] = (
     # spec.serving and engine.ropeScaling (api/serving.py)
     "runner", "convert", "hf-overrides", "reasoning-parser", "tool-call-parser", "enable-auto-tool-choice",
     "default-chat-template-kwargs", "speculative-config", "enable-lora", "lora-modules", "max-loras",
-    "max-lora-rank",
+    "max-lora-rank", "language-model-only", "limit-mm-per-prompt",
 )
 # Every option string of those flags in vLLM's own table (--no-enforce-eager, -tp, ...).
 OWNED_OPTIONS = frozenset(option for flag in vllm_flags().flags if flag.dest.replace("_", "-") in OWNED_FLAGS

@@ -123,6 +123,11 @@ class CapacityStatus(ApiModel):
     lora_gi_b_per_gpu: float | None = Field(default=None, alias="loraGiBPerGpu",
                                             description="LoRA adapter buffers vLLM preallocates per GPU "
                                             "(serving.adapters x maxLoraRank), taken from the KV cache.")
+    vision_encoder_gi_b_per_gpu: float | None = Field(default=None, alias="visionEncoderGiBPerGpu",
+                                                      description="Weights of the vision encoder per GPU "
+                                                      "(vision-language models): inside weightsGiBPerGpu, or, "
+                                                      "with status.serving.languageModelOnly, left out of it "
+                                                      "and given to the KV cache.")
     kv_bytes_per_token: int | None = Field(default=None, description="KV-cache bytes per token (all GPUs).")
     kv_cache_tokens: int | None = Field(default=None, description="Tokens the KV cache holds.")
     max_model_len: int | None = Field(default=None, description="Sequence length planned for.")

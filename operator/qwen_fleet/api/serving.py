@@ -47,6 +47,47 @@ class Adapter(ApiModel, rules=[Rule(
                              pattern=r"^[A-Za-z0-9._@+=-][A-Za-z0-9._/@+=-]*$")
 
 
+# vLLM 0.32 builds the Qwen3-VL / Qwen3.5 vision encoder unless every modality it serves (image, video) has a
+# per-prompt limit of 0 (model_executor/models/interfaces.py::_mark_tower_model); an unset modality means 999.
+VISION_MODALITIES = ("image", "video")
+
+
+class MediaLimits(ApiModel, rules=[Rule(
+    cel="has(self.image) || has(self.video)",
+    check=lambda m: m.image is not None or m.video is not None,
+    message="serving.multimodal.limitsPerPrompt names image, video or both",
+)]):
+    """Most media items one prompt may carry (--limit-mm-per-prompt); an unset modality keeps vLLM's 999."""
+
+    image: int | None = Field(default=None, ge=0, le=1024, description="Images per prompt; 0 refuses images.")
+    video: int | None = Field(default=None, ge=0, le=1024, description="Videos per prompt; 0 refuses videos.")
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: v for k in VISION_MODALITIES if (v := getattr(self, k)) is not None}
+
+
+class Multimodal(ApiModel, rules=[Rule(
+    cel="!has(self.languageModelOnly) || !self.languageModelOnly || !has(self.limitsPerPrompt)",
+    check=lambda m: not (m.language_model_only and m.limits_per_prompt is not None),
+    message="serving.multimodal.languageModelOnly serves no media at all: remove limitsPerPrompt (or set "
+            "languageModelOnly false)",
+)]):
+    """Media input of a vision-language model (Qwen3-VL, Qwen3.5/3.6). Unset: vLLM's default, 999 of each."""
+
+    language_model_only: bool | None = Field(default=None, description="Serve text only (--language-model-"
+                                             "only): vLLM neither builds nor loads the vision encoder, and "
+                                             "the planner gives its memory to the KV cache.")
+    limits_per_prompt: MediaLimits | None = Field(default=None, description="Media items per prompt "
+                                                  "(--limit-mm-per-prompt). image: 0 and video: 0 together "
+                                                  "also leave the vision encoder out.")
+
+    @property
+    def skips_vision_encoder(self) -> bool:
+        """Whether vLLM 0.32 leaves the vision encoder out (no weights loaded, no encoder profiling)."""
+        limits = self.limits_per_prompt.as_dict() if self.limits_per_prompt else {}
+        return bool(self.language_model_only) or all(limits.get(m) == 0 for m in VISION_MODALITIES)
+
+
 class ServingSpec(ApiModel, rules=[
     Rule(cel=_GENERATE_ONLY + "((!has(self.reasoningParser) || self.reasoningParser == 'none') && "
              "(!has(self.toolCallParser) || self.toolCallParser == 'none') && !has(self.thinking) && "
@@ -95,6 +136,9 @@ class ServingSpec(ApiModel, rules=[
                                   "enable_thinking (--default-chat-template-kwargs); requests may still set "
                                   "it. Only for models that switch (Qwen3 April 2025, Qwen3.5/3.6). Default: "
                                   "the template's own (thinking on).")
+    multimodal: Multimodal | None = Field(default=None, description="Media limits per prompt, or text-only "
+                                          "serving of a vision-language model (Qwen3-VL, Qwen3.5/3.6). Refused "
+                                          "for a text-only model.")
 
 
 class RopeScaling(ApiModel, rules=[
@@ -128,6 +172,10 @@ class ServingStatus(ApiModel):
     rope_scaling_factor: float | None = Field(default=None, description="YaRN factor, if rope scaling is on.")
     speculative_tokens: int | None = Field(default=None, description="MTP tokens drafted per step, if on.")
     adapters: list[str] | None = Field(default=None, description="Names of the LoRA adapters served.")
+    language_model_only: bool | None = Field(default=None, description="True when vLLM builds no vision "
+                                             "encoder (multimodal.languageModelOnly, or image and video limits "
+                                             "both 0): the model answers text only.")
+    limits_per_prompt: MediaLimits | None = Field(default=None, description="--limit-mm-per-prompt, if set.")
     source: Literal["catalog", "spec"] = Field(description="catalog: the model's family defaults applied "
                                                "(spec fields override them); spec: the model is not in the "
                                                "catalog, only spec fields apply.")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from qwen_fleet.catalog.serving import QWEN35
 from qwen_fleet.catalog.types import LinearAttentionFacts, ModelFacts
+from qwen_fleet.catalog.vision import qwen3_vision_params_billion
 
 _HF = "https://huggingface.co/"
 _SLIME = "https://github.com/THUDM/slime/blob/main/scripts/models/"
@@ -23,6 +24,12 @@ _CONV_KERNEL = 4
 
 def _sources(repo: str, *extra: str) -> tuple[str, ...]:
     return (f"{_HF}{repo}/blob/main/config.json", f"{_HF}{repo}", *extra)
+
+
+def _vision(hidden_size: int) -> float:
+    # vision_config: Qwen3-VL's 27-layer encoder without DeepStack mergers (`deepstack_visual_indexes: []`),
+    # projecting into the language model's width (`out_hidden_size` = text hidden size).
+    return qwen3_vision_params_billion(out_hidden=hidden_size, deepstack=0)
 
 
 def _gdn(key_heads: int, value_heads: int) -> LinearAttentionFacts:
@@ -50,6 +57,7 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
         num_kv_heads=4,
         head_dim=256,
         hidden_size=4096,
+        vision_params_billion=_vision(4096),
         vocab_size=_VOCAB,
         native_context=_NATIVE_CONTEXT,
         serving=QWEN35,
@@ -72,6 +80,7 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
         num_kv_heads=4,
         head_dim=256,
         hidden_size=5120,
+        vision_params_billion=_vision(5120),
         vocab_size=_VOCAB,
         native_context=_NATIVE_CONTEXT,
         serving=QWEN35,
@@ -92,6 +101,7 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
         num_kv_heads=4,
         head_dim=256,
         hidden_size=5120,
+        vision_params_billion=_vision(5120),
         vocab_size=_VOCAB,
         native_context=_NATIVE_CONTEXT,
         serving=QWEN35,
@@ -116,6 +126,7 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
         num_kv_heads=2,
         head_dim=256,
         hidden_size=2048,
+        vision_params_billion=_vision(2048),
         vocab_size=_VOCAB,
         native_context=_NATIVE_CONTEXT,
         serving=QWEN35,
@@ -139,6 +150,7 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
         num_kv_heads=2,
         head_dim=256,
         hidden_size=2048,
+        vision_params_billion=_vision(2048),
         vocab_size=_VOCAB,
         native_context=_NATIVE_CONTEXT,
         serving=QWEN35,
@@ -161,6 +173,7 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
         num_kv_heads=2,
         head_dim=256,
         hidden_size=3072,
+        vision_params_billion=_vision(3072),
         vocab_size=_VOCAB,
         native_context=_NATIVE_CONTEXT,
         serving=QWEN35,
@@ -185,11 +198,14 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
         num_kv_heads=2,
         head_dim=256,
         hidden_size=4096,
+        vision_params_billion=_vision(4096),
         vocab_size=_VOCAB,
         native_context=_NATIVE_CONTEXT,
         serving=QWEN35,
         linear_attention=_gdn(key_heads=16, value_heads=64),
         tie_word_embeddings=False,
+        # Its vision_config was not read: the encoder every other size ships is assumed.
+        unverified_fields=("vision_params_billion",),
         sources=_sources("Qwen/Qwen3.5-397B-A17B", f"{_SLIME}qwen3.5-397B-A17B.sh"),
     ),
 )

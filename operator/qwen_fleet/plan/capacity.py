@@ -46,6 +46,7 @@ __all__ = [
     "plan_capacity",
     "suggest_batching",
     "valid_tensor_sizes",
+    "vision_bytes",
     "weight_bytes",
     "weight_bytes_per_gpu",
 ]
@@ -96,6 +97,7 @@ class CapacityInput:
     overhead_gib: float | None = None  # override the activation/non-torch estimate with a measured figure
     max_loras: int = 0  # --max-loras when LoRA is on (0: off)
     max_lora_rank: int = 16  # --max-lora-rank (vLLM's default)
+    vision_encoder: bool = True  # False: vLLM builds no vision encoder (--language-model-only, all limits 0)
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,7 @@ class Capacity:
     problems: tuple[Problem, ...] = ()
     warnings: tuple[str, ...] = ()
     lora_bytes_per_gpu: int = 0  # adapter buffers vLLM preallocates with --enable-lora (plan/lora.py)
+    vision_bytes_per_gpu: int = 0  # the vision encoder's weights, in weight_bytes_per_gpu unless left out
 
     @property
     def feasible(self) -> bool:
@@ -177,15 +180,29 @@ def expert_bytes_moved_per_gpu(model: ModelFacts, tp: int, pp: int, dp: int, byt
     return int(experts / tp - experts / (tp * dp))
 
 
-def weight_bytes(model: ModelFacts, dtype: str = "auto", quantization: str | None = None) -> int:
-    """Bytes of all weights (every expert of a MoE model) as loaded by the engine."""
+def vision_bytes(model: ModelFacts, dtype: str = "auto") -> int:
+    """Bytes of a vision-language model's vision encoder, in the model dtype (0 for a text-only model)."""
+    return int((model.vision_params_billion or 0.0) * 1e9 * dtype_bytes(model_dtype(model, dtype)))
+
+
+def weight_bytes(model: ModelFacts, dtype: str = "auto", quantization: str | None = None, *,
+                 vision_encoder: bool = True) -> int:
+    """Bytes of all weights (every expert of a MoE model) as loaded by the engine; without the vision encoder
+    when ``vision_encoder`` is False (vLLM then neither builds nor loads it)."""
     quant = quantization or model.weight_quantization
     full = dtype_bytes(model_dtype(model, dtype))
-    # The checkpoint's count where known: it includes what vLLM loads beside the language model.
-    params = (model.checkpoint_params_billion or model.params_billion) * 1e9
+    vision = (model.vision_params_billion or 0.0) * 1e9
+    # The checkpoint's count where known: it includes what vLLM loads beside the language model (vision encoder,
+    # MTP layer). A card's count covers the language model only, so the vision encoder is added to it.
+    params = model.checkpoint_params_billion * 1e9 if model.checkpoint_params_billion else \
+        model.params_billion * 1e9 + vision
+    if not vision_encoder:
+        params -= vision
+        vision = 0.0
     if quant is None:
         return int(params * full)
-    embeddings = model.vocab_size * model.hidden_size * (1 if model.tie_word_embeddings else 2)
+    # Quantized checkpoints keep the embeddings (and a vision encoder) in the model dtype.
+    embeddings = model.vocab_size * model.hidden_size * (1 if model.tie_word_embeddings else 2) + vision
     per_param = QUANTIZED_BYTES_PER_PARAM[quant]
     return int((params - embeddings) * per_param + embeddings * full)
 
@@ -196,10 +213,12 @@ def weight_bytes_per_gpu(
     pipeline_parallel: int = 1,
     dtype: str = "auto",
     quantization: str | None = None,
+    *,
+    vision_encoder: bool = True,
 ) -> int:
     """Weights on the busiest GPU: layers split over pipeline stages (an end stage also holds an
     embedding matrix), every tensor split over the tensor-parallel ranks."""
-    total = weight_bytes(model, dtype, quantization)
+    total = weight_bytes(model, dtype, quantization, vision_encoder=vision_encoder)
     if pipeline_parallel == 1:
         return cdiv(total, tensor_parallel)
     embedding = model.vocab_size * model.hidden_size * dtype_bytes(model_dtype(model, dtype))
@@ -255,7 +274,7 @@ def plan_capacity(inp: CapacityInput) -> Capacity:
         )
         quant = None
     tp_ok, pp_ok = max(tp, 1), max(pp, 1)
-    weights = weight_bytes_per_gpu(model, tp_ok, pp_ok, inp.dtype, quant)
+    weights = weight_bytes_per_gpu(model, tp_ok, pp_ok, inp.dtype, quant, vision_encoder=inp.vision_encoder)
     if inp.expert_parallel and inp.data_parallel > 1:
         weights -= expert_bytes_moved_per_gpu(model, tp_ok, pp_ok, inp.data_parallel, _bytes_per_param(inp, quant))
     weights = max(0, weights - int(inp.cpu_offload_gib * GIB))
@@ -323,6 +342,8 @@ def plan_capacity(inp: CapacityInput) -> Capacity:
         warnings=tuple(_warnings(inp, max_len, max_num_seqs, concurrency)
                        + ([lora_warning(model)] if inp.max_loras and lora is None else [])),
         lora_bytes_per_gpu=lora or 0,
+        # vLLM shards the encoder's linear layers over the tensor ranks (mm_encoder_tp_mode "weights").
+        vision_bytes_per_gpu=cdiv(vision_bytes(model, inp.dtype), tp_ok),
     )
 
 

@@ -74,7 +74,10 @@ def _print_layout(cr: QwenInference, cap: Capacity) -> bool:
     gib = 1024**3
     lora = (f", LoRA {cap.lora_bytes_per_gpu / gib:.2f} GiB ({cap.input.max_loras} adapter(s) x rank "
             f"{cap.input.max_lora_rank})" if cap.lora_bytes_per_gpu else "")
-    print(f"    per GPU: weights {cap.weight_bytes_per_gpu / gib:.2f} GiB{lora}, KV cache "
+    vision = cap.vision_bytes_per_gpu / gib
+    encoder = ((f" (vision encoder {vision:.2f} GiB of them)" if cap.input.vision_encoder else
+                f" (vision encoder {vision:.2f} GiB left out: language-model-only)") if vision else "")
+    print(f"    per GPU: weights {cap.weight_bytes_per_gpu / gib:.2f} GiB{encoder}{lora}, KV cache "
           f"{cap.kv_cache_bytes_per_gpu / gib:.2f} GiB; per replica: {layout.data} engine(s) x "
           f"{cap.kv_cache_tokens:,} KV tokens")
     problems = parallel_problems(model, layout)

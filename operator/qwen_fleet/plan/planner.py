@@ -13,7 +13,7 @@ from qwen_fleet.api.resource import CapacityStatus, QwenInferenceSpec
 from qwen_fleet.catalog import find_gpu, find_model
 from qwen_fleet.plan.capacity import Capacity, CapacityInput, Problem, plan_capacity
 from qwen_fleet.plan.parallel import Layout, parallel_problems, parallel_warnings
-from qwen_fleet.plan.serving import effective_context, mtp_layers
+from qwen_fleet.plan.serving import effective_context, mtp_layers, skips_vision_encoder
 
 GIB = 1024**3
 # vLLM 0.32's --gpu-memory-utilization default (read from its argument parser by the contract test).
@@ -59,6 +59,7 @@ def capacity_input(spec: QwenInferenceSpec, memory_gib: float) -> CapacityInput 
         # --max-loras is the adapter count (render/engine_args.py); vLLM's --max-lora-rank default is 16.
         max_loras=len(spec.serving.adapters),
         max_lora_rank=spec.serving.max_lora_rank or VLLM_DEFAULT_MAX_LORA_RANK,
+        vision_encoder=not skips_vision_encoder(spec),
     )
 
 
@@ -73,6 +74,7 @@ def to_status(cap: Capacity, memory_gib: float) -> CapacityStatus:
         max_model_len=cap.max_model_len,
         max_concurrent_sequences=round(cap.max_concurrency, 1),
         lora_gi_b_per_gpu=round(cap.lora_bytes_per_gpu / GIB, 2) if cap.lora_bytes_per_gpu else None,
+        vision_encoder_gi_b_per_gpu=round(cap.vision_bytes_per_gpu / GIB, 2) if cap.vision_bytes_per_gpu else None,
         warnings=list(cap.warnings),
     )
 

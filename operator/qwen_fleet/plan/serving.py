@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from qwen_fleet.api.resource import QwenInferenceSpec
-from qwen_fleet.api.serving import ServingStatus
+from qwen_fleet.api.serving import VISION_MODALITIES, MediaLimits, ServingStatus
 from qwen_fleet.catalog import ModelFacts, find_gpu, find_model
 from qwen_fleet.catalog.serving import TOOL_PARSERS_BY_FORMAT
 from qwen_fleet.plan.capacity import Problem
@@ -32,8 +32,15 @@ class ServingPlan:
     speculative_tokens: int | None = None  # MTP
     adapters: tuple[tuple[str, str], ...] = ()  # LoRA: (served name, what --lora-modules' path gets)
     max_lora_rank: int | None = None
+    language_model_only: bool = False  # --language-model-only
+    media_limits: tuple[tuple[str, int], ...] = ()  # --limit-mm-per-prompt, (modality, count)
     hf_overrides: dict[str, Any] = field(default_factory=dict)  # pooling conversion and/or rope_parameters
     from_catalog: bool = False
+
+    @property
+    def skips_vision_encoder(self) -> bool:
+        limits = dict(self.media_limits)
+        return self.language_model_only or all(limits.get(m) == 0 for m in VISION_MODALITIES)
 
     def status(self) -> ServingStatus:
         return ServingStatus(task=self.task, reasoning_parser=self.reasoning_parser,  # type: ignore[arg-type]
@@ -41,6 +48,8 @@ class ServingPlan:
                              rope_scaling_factor=self.rope_scaling_factor,
                              speculative_tokens=self.speculative_tokens,
                              adapters=[name for name, _ in self.adapters] or None,
+                             language_model_only=self.skips_vision_encoder or None,
+                             limits_per_prompt=MediaLimits(**dict(self.media_limits)) if self.media_limits else None,
                              source="catalog" if self.from_catalog else "spec")
 
 
@@ -56,7 +65,30 @@ def plan_serving(spec: QwenInferenceSpec, served_model_name: str = "") -> tuple[
             "AdaptersOnPoolingModel", f"{spec.model.name} is served for {plan.task}: remove serving.adapters "
             "(the operator serves LoRA adapters for generation only)")]
     plan = replace(plan, adapters=adapters, max_lora_rank=spec.serving.max_lora_rank) if adapters else plan
-    return plan, _dtype_problems(spec) + problems + adapter_problems
+    media, media_problems = _multimodal(spec)
+    return replace(plan, **media), _dtype_problems(spec) + problems + adapter_problems + media_problems
+
+
+def _multimodal(spec: QwenInferenceSpec) -> tuple[dict[str, Any], list[Problem]]:
+    """Media limits and language-model-only mode; refused (and not rendered) for a catalogued text-only model."""
+    wanted, model = spec.serving.multimodal, find_model(spec.model.name)
+    if wanted is None:
+        return {}, []
+    if model is not None and not model.is_multimodal:
+        return {}, [Problem("MultimodalUnsupported",
+                            f"{model.name} is a text-only model (no vision encoder): remove serving.multimodal, "
+                            "or serve a vision-language model (Qwen3-VL, e.g. Qwen/Qwen3-VL-8B-Instruct, or "
+                            "Qwen3.5/3.6)")]
+    limits = wanted.limits_per_prompt.as_dict() if wanted.limits_per_prompt else {}
+    return {"language_model_only": bool(wanted.language_model_only), "media_limits": tuple(limits.items())}, []
+
+
+def skips_vision_encoder(spec: QwenInferenceSpec) -> bool:
+    """Whether the rendered engine leaves a catalogued vision-language model's encoder out (the planner then
+    does not count its weights)."""
+    model = find_model(spec.model.name)
+    wanted = spec.serving.multimodal
+    return model is not None and model.is_multimodal and wanted is not None and wanted.skips_vision_encoder
 
 
 def _adapters(spec: QwenInferenceSpec, served_model_name: str) -> tuple[tuple[tuple[str, str], ...], list[Problem]]:

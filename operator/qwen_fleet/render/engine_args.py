@@ -94,7 +94,8 @@ def engine_args(cr: QwenInference, plan: Plan) -> list[str]:
 
 
 def serving_args(serving: ServingPlan) -> list[str]:
-    """The Qwen layer's flags: pooling runner, hf_overrides (reranker conversion, YaRN), parsers, thinking."""
+    """The Qwen layer's flags: pooling runner, hf_overrides (reranker conversion, YaRN), parsers, MTP, LoRA,
+    media limits, thinking."""
     args: list[str] = []
     if serving.task == "embed":
         args += ["--runner", "pooling", "--convert", "embed"]
@@ -114,6 +115,10 @@ def serving_args(serving: ServingPlan) -> list[str]:
                  *(json.dumps({"name": name, "path": path}) for name, path in serving.adapters)]
         if serving.max_lora_rank:
             args += ["--max-lora-rank", str(serving.max_lora_rank)]
+    if serving.language_model_only:
+        args.append("--language-model-only")
+    if serving.media_limits:
+        args += ["--limit-mm-per-prompt", json.dumps(dict(serving.media_limits), separators=(",", ":"))]
     if serving.thinking is not None:
         args += ["--default-chat-template-kwargs", json.dumps({"enable_thinking": serving.thinking})]
     return args
