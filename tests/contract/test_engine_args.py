@@ -225,11 +225,12 @@ def serving_specs(draw: st.DrawFn) -> dict[str, Any]:
                     "maxLoraRank": maybe(st.sampled_from([8, 16, 64, 512]))}
         if serving["thinking"] and serving["reasoningParser"] == "none":
             serving["thinking"] = None
-    limits = st.fixed_dictionaries({}, optional={"image": st.integers(0, 8), "video": st.integers(0, 2)})
+    image, video = st.integers(0, 8), st.integers(0, 2)
+    limits = st.one_of(st.fixed_dictionaries({"image": image, "video": video}), st.fixed_dictionaries({"image": image}),
+                       st.fixed_dictionaries({"video": video}))
     serving["multimodal"] = maybe(st.one_of(
-        st.just({"languageModelOnly": True}),
-        st.fixed_dictionaries({"limitsPerPrompt": limits.filter(bool)},
-                              optional={"languageModelOnly": st.just(False)})))
+        st.fixed_dictionaries({"limitsPerPrompt": limits}, optional={"languageModelOnly": st.just(False)}),
+        st.just({"languageModelOnly": True})))
     return {k: v for k, v in serving.items() if v is not None}
 
 
