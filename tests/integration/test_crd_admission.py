@@ -87,3 +87,75 @@ def test_the_longest_extra_args_fit_the_apiservers_cel_budget(cluster: LocalClus
                              check=False)
     assert len(args) == 64
     assert result.returncode == 0, result.stderr[:2000]
+
+
+# Integer fields written as whole floats, as an API client sends them (kubectl would rewrite 16.0 as 16): the
+# bytes are written here by hand. The apiserver's schema check takes 16.0 for an integer, but a CEL rule
+# that reads the value fails ("invalid data, expected int, got float64"); a rule whose has() guard stops
+# first, or no rule at all, leaves it admitted. Each verdict is the apiserver's, written down; pydantic must
+# give the same.
+REFUSED, ADMITTED = "refused", "admitted"
+WHOLE_FLOATS = [
+    ("rope-scaling-read", REFUSED,
+     b'"engine": {"ropeScaling": {"originalMaxPositionEmbeddings": 16.0, "factor": 8.25}}'),
+    ("rope-scaling-guarded", ADMITTED, b'"engine": {"ropeScaling": {"originalMaxPositionEmbeddings": 16.0}}'),
+    ("max-num-seqs-read", REFUSED, b'"engine": {"maxNumSeqs": 64.0, "maxNumBatchedTokens": 2048}'),
+    ("max-num-seqs-guarded", ADMITTED, b'"engine": {"maxNumSeqs": 64.0}'),
+    ("tensor-read", REFUSED, b'"parallelism": {"tensor": 2.0}'),
+    ("replicas-has-only", ADMITTED, b'"replicas": 2.0'),
+    ("no-rule-reads-it", ADMITTED, b'"engine": {"shutdownTimeoutSeconds": 45.0}'),
+    ("quantity-own-rule", REFUSED, b'"resources": {"cpu": 8.0}'),
+    # CEL's && is false when either side is, even if the other cannot be read ...
+    ("rollout-false-side-wins", ADMITTED, b'"rollout": {"maxSurge": 1.0, "maxUnavailable": 1}'),
+    # ... and an error when the other side is true.
+    ("rollout-read", REFUSED, b'"rollout": {"maxSurge": 0.0, "maxUnavailable": 0}'),
+]
+
+
+def _post_raw(cluster: LocalCluster, body: bytes) -> tuple[int, dict]:
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    tls = ssl.create_default_context()
+    tls.check_hostname = False
+    tls.verify_mode = ssl.CERT_NONE  # the local apiserver's self-signed certificate
+    req = urllib.request.Request(
+        cluster.server + "/apis/qwenfleet.io/v1alpha1/namespaces/default/qweninferences"
+        "?dryRun=All&fieldValidation=Strict", data=body, method="POST",
+        headers={"Authorization": f"Bearer {cluster.admin_token}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30, context=tls) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def _pydantic_verdict(body: bytes) -> tuple[str, str]:
+    from pydantic import ValidationError
+
+    from qwen_fleet.api import QwenInference
+    from qwen_fleet.api.messages import validation_message
+
+    try:
+        QwenInference.model_validate(json.loads(body))
+    except ValidationError as err:
+        return REFUSED, validation_message(err)
+    return ADMITTED, ""
+
+
+@pytest.mark.parametrize(("name", "verdict", "spec"), WHOLE_FLOATS, ids=[c[0] for c in WHOLE_FLOATS])
+def test_whole_floats_get_the_apiservers_verdict_from_pydantic(cluster: LocalCluster, crd: Path, name: str,
+                                                               verdict: str, spec: bytes) -> None:
+    body = (b'{"apiVersion": "qwenfleet.io/v1alpha1", "kind": "QwenInference", "metadata": {"name": "'
+            + name.encode() + b'"}, "spec": {"model": {"name": "Qwen/Qwen3-4B-Instruct-2507"}, ' + spec + b"}}")
+    status, answer = _post_raw(cluster, body)
+    if verdict == REFUSED:
+        assert status == 422, answer
+        assert "expected int, got float64" in answer["message"], answer["message"]
+    else:
+        assert status == 201, answer.get("message", answer)
+    pydantic_verdict, message = _pydantic_verdict(body)
+    assert pydantic_verdict == verdict, f"apiserver: {verdict}; pydantic: {pydantic_verdict} {message}"
+    if verdict == REFUSED:
+        assert "write it as" in message, message
