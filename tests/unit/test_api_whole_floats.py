@@ -42,6 +42,10 @@ def test_the_fuzz_finding_rope_scaling_is_refused() -> None:
                               "write it as 16"), message
 
 
+def test_the_scale_subresource_reads_spec_replicas() -> None:
+    assert _refusal('"replicas": 2.0').startswith("spec: replicas is written 2.0: write it as 2")
+
+
 def test_a_quantitys_own_rule_reads_it() -> None:
     assert _refusal('"resources": {"cpu": 8.0}').startswith("spec.resources: cpu is written 8.0: write it as 8")
 
@@ -49,7 +53,6 @@ def test_a_quantitys_own_rule_reads_it() -> None:
 @pytest.mark.parametrize("spec_json", [
     '"engine": {"maxNumSeqs": 64.0}',  # the rule's has(self.maxNumBatchedTokens) is false first
     '"engine": {"ropeScaling": {"originalMaxPositionEmbeddings": 16.0}}',
-    '"replicas": 2.0',  # only has(self.replicas) is asked
     '"engine": {"shutdownTimeoutSeconds": 45.0}',  # no rule reads it
 ])
 def test_a_whole_float_that_no_rule_reads_is_admitted_as_an_int(spec_json: str) -> None:

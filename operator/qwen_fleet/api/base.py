@@ -59,6 +59,9 @@ class ApiModel(BaseModel):
 
     # Rules of this class, set with ``rules=[...]`` in the class statement.
     __rules__: ClassVar[tuple[Rule, ...]] = ()
+    # Integer fields the apiserver reads as int64 outside CEL (the scale subresource's spec.replicas): a
+    # whole float there is refused whatever the rules say.
+    __read_as_int64__: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, rules: tuple[Rule, ...] | list[Rule] = (), **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -73,7 +76,7 @@ class ApiModel(BaseModel):
         for name in _fields_with_own_rule(cls):
             value = getattr(seen, name)
             if isinstance(value, WrittenAsFloat):
-                value.refuse()  # the field's own CEL rule (e.g. a Quantity's) reads it
+                value.refuse()  # the field's own CEL rule (a Quantity's) or the scale subresource reads it
         for rule in cls.__rules__:
             if not rule.check(seen):
                 raise ValueError(rule.message_for(seen) if rule.message_for else rule.message)
@@ -97,9 +100,11 @@ class ApiModel(BaseModel):
 
 @functools.cache
 def _fields_with_own_rule(cls: type[ApiModel]) -> tuple[str, ...]:
-    """Fields whose own schema carries a CEL rule on ``self`` (a Quantity's): that rule reads the value."""
+    """Fields whose value the apiserver always reads: their own schema carries a CEL rule on ``self`` (a
+    Quantity's), or they are in ``__read_as_int64__``."""
     return tuple(name for name, f in cls.model_fields.items()
-                 if any(_has_own_rule(m) for m in f.metadata) or _has_own_rule(f.annotation))
+                 if any(_has_own_rule(m) for m in f.metadata) or _has_own_rule(f.annotation)
+                 or name in cls.__read_as_int64__)
 
 
 def _whole_float(value: Any) -> TypeGuard[float]:
