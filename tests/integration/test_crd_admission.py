@@ -87,3 +87,82 @@ def test_the_longest_extra_args_fit_the_apiservers_cel_budget(cluster: LocalClus
                              check=False)
     assert len(args) == 64
     assert result.returncode == 0, result.stderr[:2000]
+
+
+# Integer fields written as whole floats, as an API client sends them (kubectl would rewrite 16.0 as 16): the
+# bytes are written here by hand. The apiserver's schema check takes 16.0 for an integer, but a CEL rule
+# that reads the value fails; a rule whose has() guard stops first, or no rule at all, leaves it admitted.
+# Each verdict is the apiserver's, written down (a refusal with the words of its CEL error); pydantic must
+# give the same.
+ADMITTED = None
+INT = "invalid data, expected int, got float64 evaluating rule"
+INT_OR_STRING = "invalid data, expected XIntOrString value to be either a string or integer evaluating rule"
+WHOLE_FLOATS = [
+    ("rope-scaling-read", INT,
+     b'"engine": {"ropeScaling": {"originalMaxPositionEmbeddings": 16.0, "factor": 8.25}}'),
+    ("rope-scaling-guarded", ADMITTED, b'"engine": {"ropeScaling": {"originalMaxPositionEmbeddings": 16.0}}'),
+    ("max-num-seqs-read", INT, b'"engine": {"maxNumSeqs": 64.0, "maxNumBatchedTokens": 2048}'),
+    ("max-num-seqs-guarded", ADMITTED, b'"engine": {"maxNumSeqs": 64.0}'),
+    ("tensor-read", INT, b'"parallelism": {"tensor": 2.0}'),
+    ("tolerations-has-only", ADMITTED, b'"scheduling": {"tolerations": [{"key": "k", "operator": "Exists", '
+     b'"effect": "NoExecute", "tolerationSeconds": 300.0}]}'),
+    # Only has(self.replicas) is asked, but the scale subresource reads spec.replicas as an int64.
+    ("replicas-scale-subresource", "spec.replicas accessor error: 2 is of the type float64, expected int64",
+     b'"replicas": 2.0'),
+    ("no-rule-reads-it", ADMITTED, b'"engine": {"shutdownTimeoutSeconds": 45.0}'),
+    ("enum-schema-only", ADMITTED, b'"serving": {"maxLoraRank": 16.0}'),
+    ("quantity-own-rule", INT_OR_STRING, b'"resources": {"cpu": 8.0}'),
+    # CEL's && is false when either side is, even if the other cannot be read ...
+    ("rollout-false-side-wins", ADMITTED, b'"rollout": {"maxSurge": 1.0, "maxUnavailable": 1}'),
+    # ... and an error when the other side is true.
+    ("rollout-read", INT_OR_STRING, b'"rollout": {"maxSurge": 0.0, "maxUnavailable": 0}'),
+]
+
+
+def _post_raw(cluster: LocalCluster, body: bytes) -> tuple[int, dict]:
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    tls = ssl.create_default_context()
+    tls.check_hostname = False
+    tls.verify_mode = ssl.CERT_NONE  # the local apiserver's self-signed certificate
+    req = urllib.request.Request(
+        cluster.server + "/apis/qwenfleet.io/v1alpha1/namespaces/default/qweninferences"
+        "?dryRun=All&fieldValidation=Strict", data=body, method="POST",
+        headers={"Authorization": f"Bearer {cluster.admin_token}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30, context=tls) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def _pydantic_refusal(body: bytes) -> str | None:
+    from pydantic import ValidationError
+
+    from qwen_fleet.api import QwenInference
+    from qwen_fleet.api.messages import validation_message
+
+    try:
+        QwenInference.model_validate(json.loads(body))
+    except ValidationError as err:
+        return validation_message(err)
+    return ADMITTED
+
+
+@pytest.mark.parametrize(("name", "refusal", "spec"), WHOLE_FLOATS, ids=[c[0] for c in WHOLE_FLOATS])
+def test_whole_floats_get_the_apiservers_verdict_from_pydantic(cluster: LocalCluster, crd: Path, name: str,
+                                                               refusal: str | None, spec: bytes) -> None:
+    body = (b'{"apiVersion": "qwenfleet.io/v1alpha1", "kind": "QwenInference", "metadata": {"name": "'
+            + name.encode() + b'"}, "spec": {"model": {"name": "Qwen/Qwen3-4B-Instruct-2507"}, ' + spec + b"}}")
+    status, answer = _post_raw(cluster, body)
+    message = _pydantic_refusal(body)
+    if refusal is ADMITTED:
+        assert status == 201, answer.get("message", answer)
+        assert message is None, f"pydantic refused what the apiserver admits: {message}"
+    else:
+        assert status == 422, answer
+        assert refusal in answer["message"], answer["message"]
+        assert message is not None, "pydantic admitted what the apiserver refuses"
+        assert "write it as" in message, message

@@ -60,6 +60,9 @@ class QwenInferenceSpec(ApiModel, rules=[
 ]):
     """Desired state of a vLLM fleet serving one Qwen model."""
 
+    # The scale subresource (specReplicasPath, crd.py) reads spec.replicas as an int64 on every write.
+    __read_as_int64__ = ("replicas",)
+
     model: ModelSpec = Field(description="The model to serve.")
     device: Device = Field(default="GPU", description="What the engine runs on. GPU: each replica requests "
                            "parallelism.tensor x pipeline x data GPUs (gpu.resourceName) and tolerates their taint. "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from qwen_fleet.api.base import ApiModel, IntOrPercent, Rule
+from qwen_fleet.api.base import ApiModel, IntOrPercent, Rule, cel_and
 
 
 class ScalingRules(ApiModel):
@@ -103,7 +103,9 @@ class Monitoring(ApiModel):
 
 class Rollout(ApiModel, rules=[Rule(
     cel="!(string(self.maxSurge) in ['0', '0%'] && string(self.maxUnavailable) in ['0', '0%'])",
-    check=lambda r: not (str(r.max_surge) in ("0", "0%") and str(r.max_unavailable) in ("0", "0%")),
+    # cel_and, not `and`: CEL's `&&` is false when either side is, even if the other cannot be read (a
+    # maxSurge written 1.0 beside maxUnavailable 1 is admitted).
+    check=lambda r: not cel_and(lambda: str(r.max_surge) in ("0", "0%"), lambda: str(r.max_unavailable) in ("0", "0%")),
     message="rollout.maxSurge and rollout.maxUnavailable cannot both be 0 (the rollout could never start)",
 )]):
     """How a spec change replaces pods, and how a pod drains."""
