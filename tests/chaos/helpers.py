@@ -35,6 +35,7 @@ CHILD_PATHS = {
     "PodDisruptionBudget": "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
     "ConfigMap": "/api/v1/namespaces/{ns}/configmaps",
     "PersistentVolumeClaim": "/api/v1/namespaces/{ns}/persistentvolumeclaims",
+    "Job": "/apis/batch/v1/namespaces/{ns}/jobs",
 }
 MANAGED_SELECTOR = urllib.parse.quote(f"{MANAGED_BY_LABEL}=qwen-fleet")
 TRACEBACK = "Traceback (most recent call last)"
@@ -92,7 +93,13 @@ def desired_children(obj: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any
     plan = make_plan(cr, OperatorConfig())
     if plan.problems:
         return {}
-    return {(c["kind"], c["metadata"]["name"]): c for c in render_children(cr, plan, Capabilities())}
+    children = {(c["kind"], c["metadata"]["name"]): c for c in render_children(cr, plan, Capabilities())}
+    # A model prefetch that has not succeeded holds the fleet at its cache claim and Job
+    # (reconcile/changes.py); these clusters bind no claim, so a fuzzed prefetch stays there.
+    if any(kind == "Job" for kind, _ in children) and \
+            ((obj.get("status") or {}).get("prefetch") or {}).get("state") != "Succeeded":
+        return {k: c for k, c in children.items() if k[0] in ("Job", "PersistentVolumeClaim")}
+    return children
 
 
 def container_args(deployment: dict[str, Any]) -> list[str]:

@@ -194,7 +194,10 @@ CHECKED_INSIDE_OTHER_REQUESTS = {("create", g, r) for g, r in APPLIED_KINDS} | {
 # Granted for paths this run does not take: a migration between the workload kinds (a Deployment deleted,
 # tests/integration/test_leaderworkerset.py), and LeaderWorkerSets, used only where their CRD is installed.
 NOT_EXERCISED_HERE = {("delete", "apps", "deployments")} | {
-    (verb, "leaderworkerset.x-k8s.io", "leaderworkersets") for verb in ("list", "watch", "patch", "delete")}
+    (verb, "leaderworkerset.x-k8s.io", "leaderworkersets") for verb in ("list", "watch", "patch", "delete")} | {
+    # The model prefetch Job is made only with model.cache.prefetch, whose download needs a bound claim
+    # (tests/integration/test_prefetch.py): watched here, never written.
+    (verb, "batch", "jobs") for verb in ("patch", "delete")}
 
 
 def test_the_run_used_every_granted_rule_and_nothing_else(release: Release) -> None:
@@ -367,7 +370,7 @@ def test_helm_uninstall_keeps_the_crd_the_resources_and_the_running_fleets(relea
     assert get(cluster, "service", EXAMPLE_NAME, TEAM) is not None
 
 
-MANAGED_KINDS = ("deployments,services,horizontalpodautoscalers,poddisruptionbudgets,configmaps,"
+MANAGED_KINDS = ("deployments,services,horizontalpodautoscalers,poddisruptionbudgets,configmaps,jobs,"
                  "persistentvolumeclaims,servicemonitors,prometheusrules")
 
 

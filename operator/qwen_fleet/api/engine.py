@@ -59,7 +59,8 @@ OWNED_OPTIONS = frozenset(option for flag in vllm_flags().flags if flag.dest.rep
                           for option in flag.options)
 # Environment variables the operator sets itself from typed fields.
 OWNED_ENV = ("HF_TOKEN", "HF_HOME", "HF_HUB_OFFLINE", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_IB_DISABLE",
-             "NCCL_P2P_DISABLE", "NCCL_SOCKET_IFNAME", "NCCL_DEBUG", "VLLM_PORT")
+             "NCCL_P2P_DISABLE", "NCCL_SOCKET_IFNAME", "NCCL_DEBUG", "VLLM_PORT", "VLLM_USE_MODELSCOPE",
+             "MODELSCOPE_CACHE", "MODELSCOPE_API_TOKEN")
 
 
 def owned_flag(arg: str) -> bool:
@@ -79,12 +80,33 @@ class SecretKeyRef(ApiModel):
                      pattern=CONFIG_KEY)
 
 
+# An http(s) base URL of a hub mirror, without query or fragment.
+HUB_URL = r"^https?://[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?(/[-A-Za-z0-9._~/]*)?$"
+# A host[:port], as ModelScope's MODELSCOPE_DOMAIN takes it (the library adds https://).
+HOST_PORT = r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$"
+
+
 class HuggingFaceSource(ApiModel):
     """Download the weights from the Hugging Face Hub at pod start."""
 
     token_secret_ref: SecretKeyRef | None = Field(
         default=None, description="Secret key holding a Hugging Face token (gated or private models). "
         "Passed to the pod as HF_TOKEN through secretKeyRef.")
+    endpoint: str | None = Field(default=None, max_length=512, pattern=HUB_URL, description="Base URL of a "
+                                 "Hugging Face Hub mirror (HF_ENDPOINT), e.g. https://hf-mirror.com. Default: "
+                                 "https://huggingface.co.")
+
+
+class ModelScopeSource(ApiModel):
+    """Download the weights from ModelScope (vLLM's VLLM_USE_MODELSCOPE=True): model.name is a ModelScope
+    model id such as Qwen/Qwen3-8B."""
+
+    token_secret_ref: SecretKeyRef | None = Field(
+        default=None, description="Secret key holding a ModelScope access token (private models). Passed to "
+        "the pod as MODELSCOPE_API_TOKEN through secretKeyRef.")
+    domain: str | None = Field(default=None, max_length=253, pattern=HOST_PORT, description="Host of a "
+                               "ModelScope site or mirror (MODELSCOPE_DOMAIN, reached over https), e.g. "
+                               "www.modelscope.ai. Default: www.modelscope.cn.")
 
 
 class PvcSource(ApiModel):
@@ -98,15 +120,35 @@ class PvcSource(ApiModel):
 
 
 class ModelSource(ApiModel, rules=[Rule(
-    cel="(has(self.huggingFace) ? 1 : 0) + (has(self.pvc) ? 1 : 0) == 1",
-    check=lambda s: (s.hugging_face is not None) + (s.pvc is not None) == 1,
-    message="model.source must name exactly one of huggingFace or pvc",
+    cel="(has(self.huggingFace) ? 1 : 0) + (has(self.modelScope) ? 1 : 0) + (has(self.pvc) ? 1 : 0) == 1",
+    check=lambda s: (s.hugging_face is not None) + (s.model_scope is not None) + (s.pvc is not None) == 1,
+    message="model.source must name exactly one of huggingFace, modelScope or pvc",
 )]):
-    """Where the weights come from: exactly one of huggingFace or pvc."""
+    """Where the weights come from: exactly one of huggingFace, modelScope or pvc."""
 
     hugging_face: HuggingFaceSource | None = Field(default=None, alias="huggingFace",
                                                    description="Download from the Hugging Face Hub.")
+    model_scope: ModelScopeSource | None = Field(default=None, alias="modelScope",
+                                                 description="Download from ModelScope.")
     pvc: PvcSource | None = Field(default=None, description="Read from a PersistentVolumeClaim.")
+
+    @property
+    def downloads(self) -> bool:
+        """The engine (or the prefetch Job) downloads the weights: a hub source, not a filled claim."""
+        return self.pvc is None
+
+
+class ModelPrefetch(ApiModel):
+    """A Job that downloads the model into the cache claim once, before any replica starts."""
+
+    enabled: bool = Field(default=False, description="Download the model into the cache claim with a "
+                          "Job (hf download or modelscope download in the engine image) and start the "
+                          "replicas only once it succeeded; they then run offline (HF_HUB_OFFLINE=1).")
+    backoff_limit: int = Field(default=3, ge=0, le=20, description="Retries of the download pod before the "
+                               "Job fails (Job backoffLimit).")
+    active_deadline_seconds: int | None = Field(default=None, ge=60, le=7 * 24 * 3600, description="Fail "
+                                                "the Job when the download takes longer than this (Job "
+                                                "activeDeadlineSeconds). Default: no limit.")
 
 
 class ModelCache(ApiModel):
@@ -117,13 +159,21 @@ class ModelCache(ApiModel):
                                            max_length=253, pattern=DNS_SUBDOMAIN)
     access_mode: Literal["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"] = Field(
         default="ReadWriteMany", description="Access mode; ReadWriteMany lets replicas on many nodes share it.")
+    prefetch: ModelPrefetch = Field(default_factory=ModelPrefetch, description="Fill the claim with a Job "
+                                    "before the replicas start (air-gapped serving, slow downloads).")
 
 
-class ModelSpec(ApiModel):
+class ModelSpec(ApiModel, rules=[Rule(
+    cel="!has(self.cache) || !self.cache.prefetch.enabled || !has(self.source) || !has(self.source.pvc)",
+    check=lambda m: m.cache is None or not m.cache.prefetch.enabled or m.source.pvc is None,
+    message="model.cache.prefetch downloads into the cache claim; a pvc source is already filled: remove "
+            "model.cache or use a huggingFace or modelScope source",
+)]):
     """The model to serve."""
 
-    name: str = Field(description="Hugging Face repo id (e.g. Qwen/Qwen3-4B-Instruct-2507). It also picks the "
-                      "planner's facts from the catalog; with a pvc source, source.pvc.path locates the files.",
+    name: str = Field(description="Hugging Face (or ModelScope) repo id (e.g. Qwen/Qwen3-4B-Instruct-2507). It "
+                      "also picks the planner's facts from the catalog; with a pvc source, source.pvc.path "
+                      "locates the files.",
                       min_length=1, max_length=256, pattern=TOKEN)
     revision: str | None = Field(default=None, description="Branch, tag or commit of the repo; a 40-hex "
                                  "commit makes downloads reproducible.", max_length=128, pattern=TOKEN)
@@ -251,7 +301,8 @@ class EngineSpec(ApiModel, rules=[
         cel="!has(self.env) || self.env.all(e, !(e.name in " + str(list(OWNED_ENV)) + "))",
         check=lambda e: not any(v.name in OWNED_ENV for v in e.env),
         message="engine.env must not set a variable the operator owns (" + ", ".join(OWNED_ENV) + "): use "
-                "the typed field (nccl.*, model.source.huggingFace.tokenSecretRef, service.port)",
+                "the typed field (nccl.*, model.source.huggingFace.tokenSecretRef, model.source.modelScope, "
+                "service.port)",
     ),
     Rule(cel="!has(self.swapSpace)", check=lambda e: e.swap_space is None,
          message="engine.swapSpace was removed from vLLM (--swap-space is gone); use engine.kvOffloadGiB, "

@@ -168,6 +168,17 @@ class NcclStatus(ApiModel):
     pod: str | None = Field(default=None, description="Pod that ran it.")
 
 
+class PrefetchStatus(ApiModel):
+    """The model prefetch Job (model.cache.prefetch), as the Job controller last reported it."""
+
+    job: str = Field(description="Name of the Job.")
+    state: Literal["Pending", "Running", "Succeeded", "Failed"] = Field(description="Pending, Running, "
+                                                                         "Succeeded or Failed.")
+    reason: str | None = Field(default=None, description="The Job's reason, e.g. BackoffLimitExceeded or "
+                               "DeadlineExceeded when it failed.")
+    message: str | None = Field(default=None, description="The Job's message.")
+
+
 class QwenInferenceStatus(ApiModel):
     """Observed state. Conditions follow kstatus: Ready, Reconciling, Stalled."""
 
@@ -191,6 +202,9 @@ class QwenInferenceStatus(ApiModel):
     nccl: NcclStatus | None = Field(default=None, description="NCCL preflight result.")
     serving: ServingStatus | None = Field(default=None, description="Task, parsers, thinking default and "
                                           "rope scaling in effect (spec or family default).")
+    prefetch: PrefetchStatus | None = Field(default=None, description="The model prefetch Job; while it has "
+                                            "not succeeded the fleet waits (Ready False, reason "
+                                            "ModelPrefetching, or Stalled with ModelPrefetchFailed).")
 
 
 NAME_RULE = Rule(

@@ -24,6 +24,9 @@ The executor (controller.py) only carries a ChangeSet out. The rules, each with 
   drop the fleet to 1 replica until the HPA's next sync; so the current count is first handed over to a
   field manager of its own (the Kubernetes documentation's "transferring ownership"), which keeps it until
   the HPA sets its own.
+- A model prefetch Job (model.cache.prefetch) that has not succeeded holds the fleet: only the cache claim and
+  the Job are applied, nothing is pruned, and the rest (a new fleet's Deployment and Service, a running fleet's
+  change to a new model) waits until the Job has succeeded (reconcile/prefetch.py says why).
 - Nothing is applied or deleted for a spec the operator refuses (Stalled) or the apiserver refused for this
   generation (until the spec changes or the next resync): a running fleet keeps running.
 """
@@ -36,6 +39,7 @@ from typing import Any
 
 from qwen_fleet.reconcile.drift import drift
 from qwen_fleet.reconcile.kinds import CHILD_KIND
+from qwen_fleet.reconcile.prefetch import PREFETCH_NEEDS, prefetch_of
 from qwen_fleet.reconcile.workload import WORKLOAD_KINDS, workload_ready
 from qwen_fleet.render.stamp import RENDERED_HASH_ANNOTATION
 
@@ -109,6 +113,10 @@ def plan_changes(desired: Sequence[Mapping[str, Any]] | None, observed: Mapping[
     migrating = _migration(desired, observed)
     # While the new workload is being made: only it (and what its pods mount) is applied, nothing is pruned.
     to_apply = [o for o in desired if o["kind"] not in _FRONT] if migrating == "making" else desired
+    prefetch = prefetch_of(desired, observed)
+    prefetching = prefetch is not None and not prefetch.done
+    if prefetching:
+        to_apply = [o for o in to_apply if o["kind"] in PREFETCH_NEEDS]
     applies = []
     for obj in to_apply:
         current = observed.get(child_key(obj))
@@ -129,7 +137,8 @@ def plan_changes(desired: Sequence[Mapping[str, Any]] | None, observed: Mapping[
         if len(applies) > 1:
             dry_run = tuple(applies)
         batches = (tuple(applies),) if applies else ()
-    prune = () if migrating == "making" else _prunes(desired, observed, old_workload=migrating == "done")
+    prune = () if migrating == "making" or prefetching else _prunes(desired, observed,
+                                                                      old_workload=migrating == "done")
     return ChangeSet(handover=_replicas_handover(desired, observed, applies), dry_run=dry_run, batches=batches,
                      prune=prune, undo_on_refusal=new_fleet)
 

@@ -22,6 +22,7 @@ from qwen_fleet.config import OperatorConfig
 from qwen_fleet.plan import Plan, make_plan
 from qwen_fleet.reconcile.changes import HANDOVER_MANAGER, ChangeSet, plan_changes
 from qwen_fleet.reconcile.kube import KubeClient, KubeError
+from qwen_fleet.reconcile.prefetch import Prefetch, prefetch_of
 from qwen_fleet.reconcile.queue import Key
 from qwen_fleet.reconcile.status import Observed, Outcome, compute_status, status_patch
 from qwen_fleet.reconcile.store import ChildKey, Store, nccl_status
@@ -132,7 +133,7 @@ class Controller:
         else:
             if desired is not None and not held:
                 self.refused.pop(key, None)
-        await self._write_status(key, raw, generation, result, plan, observed, cr)
+        await self._write_status(key, raw, generation, result, plan, observed, cr, prefetch_of(desired, observed))
         if result.outcome.kind == "retrying":
             raise RetryLater(result.outcome.message)
         return result
@@ -174,12 +175,13 @@ class Controller:
 
     async def _write_status(self, key: Key, raw: dict[str, Any], generation: int, result: Result,
                             plan: Plan | None, observed: dict[ChildKey, dict[str, Any]],
-                            cr: QwenInference | None) -> None:
+                            cr: QwenInference | None, prefetch: Prefetch | None = None) -> None:
         pods = self.store.pods(key)
         # The workload the spec asks for (during a migration, the new one: Ready only once it is).
         kind = workload_kind(plan.nodes) if plan is not None else "Deployment"
         view = Observed(deployment=rollout_view(observed.get((kind, key[1]))),
-                        hpa=observed.get(("HorizontalPodAutoscaler", key[1])), pods=pods, nccl=nccl_status(pods))
+                        hpa=observed.get(("HorizontalPodAutoscaler", key[1])), pods=pods, nccl=nccl_status(pods),
+                        prefetch=prefetch)
         old = raw.get("status") or {}
         new = compute_status(old, generation, result.outcome, plan, view, _now(),
                              endpoint=endpoint_url(cr) if cr else None, selector=selector_string(cr) if cr else None)
@@ -211,6 +213,8 @@ class Controller:
                 self.emit(raw, "Normal", "Ready", cond["message"])
             elif cond["type"] == "Ready" and cond["reason"] in TROUBLE:
                 self.emit(raw, "Warning", cond["reason"], cond["message"])
+            elif cond["type"] == "Ready" and cond["reason"] == "ModelPrefetching":
+                self.emit(raw, "Normal", "ModelPrefetching", cond["message"])
             elif cond["type"] == "Ready" and prev is not None and prev.get("status") == "True":
                 self.emit(raw, "Warning", "NotReady", f"{cond['reason']}: {cond['message']}")
             elif cond["type"] in ("ScalingActive", "ScalingLimited") and prev is not None:

@@ -36,6 +36,8 @@ CHILD_KINDS: tuple[ChildKind, ...] = (
     ChildKind("PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets", prunable=True),
     ChildKind("ConfigMap", "", "v1", "configmaps", prunable=True),
     ChildKind("PersistentVolumeClaim", "", "v1", "persistentvolumeclaims", prunable=True),
+    # The model prefetch Job (render/prefetch.py): a changed one is a new Job; the old one is pruned.
+    ChildKind("Job", "batch", "v1", "jobs", prunable=True),
     ChildKind("ServiceMonitor", "monitoring.coreos.com", "v1", "servicemonitors", prunable=True, optional=True),
     ChildKind("PrometheusRule", "monitoring.coreos.com", "v1", "prometheusrules", prunable=True, optional=True),
 )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from qwen_fleet.plan import Plan
+from qwen_fleet.reconcile.prefetch import Prefetch, failed_message
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class Observed:
     hpa: dict[str, Any] | None = None
     pods: tuple[dict[str, Any], ...] = ()  # summaries, see reconcile.store.pod_summary
     nccl: dict[str, Any] | None = None  # status.nccl from the newest preflight report
+    prefetch: Prefetch | None = None  # the model prefetch Job the spec asks for (reconcile/prefetch.py)
 
 
 def condition(old: list[dict[str, Any]], type_: str, status: str, reason: str, message: str, generation: int,
@@ -146,6 +148,12 @@ def compute_status(old_status: dict[str, Any] | None, generation: int, outcome: 
             status["observedGeneration"] = old_status["observedGeneration"]
         state, reason, message = _rollout(plan, observed.deployment, observed.pods) if plan else (
             "progressing", "Pending", "")
+        gate = observed.prefetch
+        if gate is not None and gate.state == "Failed":
+            state, reason = "stalled", "ModelPrefetchFailed"
+            message = failed_message(gate, plan.model_ref if plan else "the model")
+        elif gate is not None and not gate.done:
+            state, reason, message = "progressing", "ModelPrefetching", gate.message
         if state == "stalled":
             conds = [condition(old, "Ready", "False", reason, message, generation, now),
                      condition(old, "Reconciling", "False", reason, "Waiting for a spec change", generation, now),
@@ -178,6 +186,8 @@ def compute_status(old_status: dict[str, Any] | None, generation: int, outcome: 
         status["autoscaling"] = autoscaling
     if observed.nccl:
         status["nccl"] = observed.nccl
+    if observed.prefetch is not None:
+        status["prefetch"] = observed.prefetch.status()
     return status
 
 

@@ -13,6 +13,7 @@ from qwen_fleet.render.disruption import render_pdb
 from qwen_fleet.render.extras import render_model_cache_claim, render_preflight_config_map
 from qwen_fleet.render.leaderworkerset import render_leader_worker_set
 from qwen_fleet.render.monitoring import render_prometheus_rule, render_service_monitor
+from qwen_fleet.render.prefetch import render_prefetch_job
 from qwen_fleet.render.service import render_service
 from qwen_fleet.render.stamp import stamped
 
@@ -38,6 +39,9 @@ def render_children(cr: QwenInference, plan: Plan, caps: Capabilities) -> list[d
         children.append(render_preflight_config_map(cr))
     if spec.model.cache is not None and spec.model.source.pvc is None:
         children.append(render_model_cache_claim(cr))
+        if spec.model.cache.prefetch.enabled:
+            # Until it has succeeded, nothing after it is applied (reconcile/changes.py, "prefetch").
+            children.append(render_prefetch_job(cr, plan))
     # A replica spanning nodes is a LeaderWorkerSet group; a single-node replica keeps its Deployment.
     multi_node = spec.parallelism.nodes > 1
     children.append(render_leader_worker_set(cr, plan) if multi_node else render_deployment(cr, plan))

@@ -73,18 +73,52 @@ def _env_var(var: Any) -> dict[str, Any]:
 ENGINE_ENV_DEFAULTS: tuple[tuple[str, str], ...] = (("VLLM_V1_OUTPUT_PROC_CHUNK_SIZE", "4"),)
 
 
+# ModelScope's cache (snapshot_download's default cache_dir) on the same volume as Hugging Face's, so the cache
+# claim and the prefetch Job serve both sources.
+MODELSCOPE_CACHE = f"{HF_HOME}/modelscope"
+
+
+def _secret_env(name: str, ref: Any) -> dict[str, Any]:
+    # Referenced, never copied: the token value never passes through the operator.
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+
+
+def hub_env(cr: QwenInference) -> list[dict[str, Any]]:
+    """Where the weights come from and where they are kept: the same in the engine and the prefetch Job."""
+    source = cr.spec.model.source
+    env: list[dict[str, Any]] = []
+    if source.hugging_face is not None:
+        if source.hugging_face.endpoint:
+            env.append({"name": "HF_ENDPOINT", "value": source.hugging_face.endpoint})
+        if source.hugging_face.token_secret_ref is not None:
+            env.append(_secret_env("HF_TOKEN", source.hugging_face.token_secret_ref))
+    elif source.model_scope is not None:
+        env.append({"name": "MODELSCOPE_CACHE", "value": MODELSCOPE_CACHE})
+        if source.model_scope.domain:
+            env.append({"name": "MODELSCOPE_DOMAIN", "value": source.model_scope.domain})
+        if source.model_scope.token_secret_ref is not None:
+            env.append(_secret_env("MODELSCOPE_API_TOKEN", source.model_scope.token_secret_ref))
+    return env
+
+
+def prefetched(cr: QwenInference) -> bool:
+    """The weights are in the cache claim before the engine starts (model.cache.prefetch)."""
+    cache = cr.spec.model.cache
+    return cache is not None and cache.prefetch.enabled and cr.spec.model.source.downloads
+
+
 def _server_env(cr: QwenInference) -> list[dict[str, Any]]:
     source = cr.spec.model.source
     mine = {v.name for v in cr.spec.engine.env}
     env: list[dict[str, Any]] = [{"name": "HF_HOME", "value": HF_HOME}]
     env += [{"name": name, "value": value} for name, value in ENGINE_ENV_DEFAULTS if name not in mine]
-    if source.pvc is not None:
+    # Weights on a filled claim or fetched by the prefetch Job: never reach out to a hub (HF_HUB_OFFLINE also
+    # makes vLLM's ModelScope download local_files_only, weight_utils.maybe_download_from_modelscope).
+    if source.pvc is not None or prefetched(cr):
         env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
-    elif source.hugging_face is not None and source.hugging_face.token_secret_ref is not None:
-        ref = source.hugging_face.token_secret_ref
-        # Referenced, never copied: the token value never passes through the operator.
-        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
-    return env + nccl_env(cr) + [_env_var(v) for v in cr.spec.engine.env]
+    if source.model_scope is not None:
+        env.append({"name": "VLLM_USE_MODELSCOPE", "value": "True"})  # vLLM 0.32 envs.py: "1" or "true"
+    return env + hub_env(cr) + nccl_env(cr) + [_env_var(v) for v in cr.spec.engine.env]
 
 
 def _resources(cr: QwenInference, plan: Plan) -> dict[str, Any]:
