@@ -94,3 +94,56 @@ def test_each_group_gets_its_own_headless_service_not_the_fleets_service_name() 
     kids = {c["kind"]: c for c in render_children(cr, make_plan(cr, OperatorConfig()), Capabilities())}
     assert kids["LeaderWorkerSet"]["spec"]["networkConfig"] == {"subdomainPolicy": "UniquePerReplica"}
     assert kids["Service"]["metadata"]["name"] == "big"
+
+
+def _group_preflight_lws() -> dict[str, Any]:
+    doc = yaml.safe_load((EXAMPLES / "qwen3.5-397b-a17b-2x8-h100.yaml").read_text())
+    doc["spec"]["nccl"] = {"ibDisable": False, "preflight": {"enabled": True, "minBusBandwidthGBps": 40}}
+    cr = QwenInference.model_validate(doc)
+    kids = {c["kind"]: c for c in render_children(cr, make_plan(cr, OperatorConfig()), ALL_CAPABILITIES)}
+    assert "ConfigMap" in kids  # the script the init containers run
+    return kids["LeaderWorkerSet"]
+
+
+def _init(template: dict[str, Any]) -> dict[str, Any]:
+    (init,) = template["spec"]["initContainers"]
+    assert init["name"] == "nccl-preflight"
+    return init
+
+
+def test_every_pod_of_a_group_runs_the_preflight_against_the_leaders_store() -> None:
+    template = _group_preflight_lws()["spec"]["leaderWorkerTemplate"]
+    leader, worker = _init(template["leaderTemplate"]), _init(template["workerTemplate"])
+    for init in (leader, worker):
+        assert init["args"][-5:] == ["--nnodes=$(LWS_GROUP_SIZE)", "--node-rank=$(LWS_WORKER_INDEX)",
+                                     "--master-addr=$(LWS_LEADER_ADDRESS)", "--master-port=29400",
+                                     "--rendezvous-timeout-s=900"]
+        assert "--min-bus-bandwidth-gbps=40" in init["args"]
+        assert init["resources"]["limits"]["nvidia.com/gpu"] == "8"  # all of the pod's GPUs join
+        assert {"name": "NCCL_IB_DISABLE", "value": "0"} in init["env"]
+    # The leader holds the store on the fixed port it declares; a worker only dials out.
+    assert leader["ports"] == [{"name": "nccl-preflight", "containerPort": 29400, "protocol": "TCP"}]
+    assert "ports" not in worker
+    # The preflight's port is not vLLM's rendezvous port: nothing else in the leader pod claims it.
+    leader_ports = [p["containerPort"] for c in template["leaderTemplate"]["spec"]["containers"] for p in c["ports"]]
+    assert 29400 not in leader_ports
+
+
+def test_the_group_preflight_args_parse_once_the_kubelet_expands_the_lws_env() -> None:
+    from qwen_fleet.preflight import nccl_preflight as script
+    from tests.support.lws_group import expand
+
+    template = _group_preflight_lws()["spec"]["leaderWorkerTemplate"]
+    for role, index in (("leaderTemplate", "0"), ("workerTemplate", "1")):
+        env = {"LWS_LEADER_ADDRESS": "qwen35-397b-0.qwen35-397b-0.llm", "LWS_GROUP_SIZE": "2",
+               "LWS_WORKER_INDEX": index}
+        opts = script.build_parser().parse_args([expand(a, env) for a in _init(template[role])["args"]])
+        assert (opts.nnodes, opts.node_rank, opts.master_port) == (2, int(index), 29400)
+        assert opts.master_addr == "qwen35-397b-0.qwen35-397b-0.llm"
+        assert opts.nproc == 0  # one rank per visible GPU: world = 2 pods x 8 GPUs
+
+
+def test_a_group_without_preflight_has_no_init_container() -> None:
+    template = _children("qwen3.5-397b-a17b-2x8-h100.yaml")["LeaderWorkerSet"]["spec"]["leaderWorkerTemplate"]
+    for role in ("leaderTemplate", "workerTemplate"):
+        assert "initContainers" not in template[role]["spec"]

@@ -147,6 +147,31 @@ class AutoscalingStatus(ApiModel):
     message: str = Field(default="", description="The HPA's conditions in words.")
 
 
+class NcclGroupStatus(ApiModel):
+    """The preflight of one LeaderWorkerSet group: its pods ran one all-reduce across their nodes."""
+
+    group: int = Field(description="Group index (leaderworkerset.sigs.k8s.io/group-index), one per replica.")
+    pods: list[str] = Field(default_factory=list, description="Pods of the group, leader first.")
+    nodes: int | None = Field(default=None, description="Pods (nodes) in the all-reduce.")
+    reported: int | None = Field(default=None, description="Pods whose preflight has ended with a report.")
+    passed: bool | None = Field(default=None, description="Whether every pod of the group passed; unset while "
+                                "pending.")
+    outcome: Literal["passed", "below-threshold", "error", "pending"] | None = Field(
+        default=None, description="The worst member's outcome (error before below-threshold), or pending until "
+        "every pod has reported.")
+    message: str = Field(default="", description="The verdict in words, naming the pod it comes from.")
+    gpus: int | None = Field(default=None, description="GPUs in the all-reduce, across the group's nodes.")
+    backend: str | None = Field(default=None, description="torch.distributed backend (nccl in pods).")
+    small_message_latency_microseconds: float | None = Field(default=None, description="Worst small-message "
+                                                             "all-reduce latency across the group.")
+    small_message_latency_bytes: int | None = Field(default=None, description="Message size of that worst "
+                                                    "latency.")
+    bus_bandwidth_g_bps: float | None = Field(default=None, alias="busBandwidthGBps",
+                                              description="Large-message bus bandwidth across the group (GB/s).")
+    nccl_version: str | None = Field(default=None, description="NCCL version the check ran with.")
+    checked_at: str | None = Field(default=None, description="When the check ran (RFC 3339).")
+
+
 class NcclStatus(ApiModel):
     """Latest NCCL preflight result reported by a serving pod (the init container's termination message)."""
 
@@ -166,6 +191,8 @@ class NcclStatus(ApiModel):
     nccl_version: str | None = Field(default=None, description="NCCL version the check ran with.")
     checked_at: str | None = Field(default=None, description="When the check ran (RFC 3339).")
     pod: str | None = Field(default=None, description="Pod that ran it.")
+    groups: list[NcclGroupStatus] | None = Field(default=None, description="Multi-node fleets: the preflight "
+                                                 "of each LeaderWorkerSet group, which all its pods run together.")
 
 
 class PrefetchStatus(ApiModel):

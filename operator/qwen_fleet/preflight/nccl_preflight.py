@@ -14,6 +14,12 @@ decodes under CUDA graphs and an eager call adds torch.distributed's host path (
 all-reduce: algbw = bytes / time, busbw = algbw * 2 * (n - 1) / n. Each rank times a round after a device
 synchronisation; the median round counts, and the slowest rank's figure is reported.
 
+A multi-node group (one pod per node, e.g. a LeaderWorkerSet group) runs this in every pod with
+``--nnodes --node-rank --master-addr --master-port``: the leader (node rank 0) holds the TCP store on the fixed
+port and waits, at most ``--rendezvous-timeout-s``, until every pod has checked in; the others dial it (retrying
+while the leader's pod starts). Global rank = node_rank * local ranks + local rank, world = nnodes * local
+ranks: one all-reduce across the nodes, and every pod writes the same figures into its own report.
+
 The result is one short JSON object (well under the 4096 bytes of a Kubernetes termination message),
 written to ``--output`` and printed as the last line of stdout. Exit status: 0 passed; 1 a threshold was
 not met (0 with ``--warn-only``); 2 bad arguments; 3 the check could not run (no GPU, NCCL error, hang).
@@ -26,6 +32,7 @@ functions below (which ``qwen_fleet.preflight.report`` reuses) work without it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -43,6 +50,11 @@ DEFAULT_SMALL_SIZES = tuple(2**k for k in range(3, 17))  # 8 B .. 64 KiB
 DEFAULT_LARGE_BYTES = 256 * 2**20
 DEFAULT_MAX_SMALL_LATENCY_US = 50.0  # the seed documents' bar for small-message all-reduce
 TOPOLOGY_HINT = "check NVLink/PCIe topology (nvidia-smi topo -m)"
+FABRIC_HINT = (  # a group spanning nodes: the slow link is most often the one between them
+    "check the inter-node fabric (ibstat on each node, NCCL_IB_HCA, NCCL_SOCKET_IFNAME; NCCL_DEBUG=INFO names "
+    "the transport NCCL chose) and NVLink/PCIe within each node (nvidia-smi topo -m)"
+)
+KEY_PREFIX = "qwen-fleet-preflight"  # keys this script sets in the group's TCP store
 RECORDED_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_")
 RECORDED_ENV_NAMES = ("CUDA_VISIBLE_DEVICES",)
 IGNORED_ENV_NAMES = ("NCCL_VERSION",)  # CUDA images set it as a label; it configures nothing
@@ -89,8 +101,12 @@ def judge(
     max_small_latency_us: float | None,
     min_bus_bandwidth_gbps: float | None,
     env: Mapping[str, str] | None = None,
+    nodes: int = 1,
 ) -> tuple[bool, str]:
     """Compare measurements with thresholds; return (passed, one-line message).
+
+    ``nodes`` > 1 (a group of pods on several nodes) names the group in the message and points a failure at
+    the inter-node fabric first.
 
     A threshold that is None or <= 0 is off. Bus bandwidth is not judged with one rank: a 1-rank
     all-reduce moves nothing between GPUs, so its busbw (0 by definition) says nothing about the fabric.
@@ -124,8 +140,10 @@ def judge(
             limit = f" (minimum {bandwidth_min:g} GB/s)" if bandwidth_min else ""
             notes.append(f"bus bandwidth {bus_bandwidth:.1f} GB/s at {size}{limit}")
     if failures:
-        return False, "; ".join(failures) + f": {TOPOLOGY_HINT}{_p2p_hint(env)}"
-    return True, f"all-reduce across {ranks} ranks passed: " + ", ".join(notes or ["nothing measured"])
+        hint = FABRIC_HINT if nodes > 1 else TOPOLOGY_HINT
+        return False, "; ".join(failures) + f": {hint}{_p2p_hint(env)}"
+    where = f"{ranks} ranks on {nodes} nodes" if nodes > 1 else f"{ranks} ranks"
+    return True, f"all-reduce across {where} passed: " + ", ".join(notes or ["nothing measured"])
 
 
 def recorded_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -230,11 +248,11 @@ def _seconds_per_call(torch: Any, tensor: Any, *, warmup: int, iters: int, round
     return statistics.median(per_call)
 
 
-def _measure(torch: Any, opts: argparse.Namespace, rank: int) -> dict[str, Any]:
+def _measure(torch: Any, opts: argparse.Namespace, local_rank: int) -> dict[str, Any]:
     """Slowest rank's seconds per call: one per small size, then large (if any), then eager (if graph)."""
     dist = torch.distributed
     cuda = opts.backend == "nccl"
-    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     graph = opts.timing == "graph"
 
     def time_size(nbytes: int, warmup: int, iters: int, graph: bool) -> float:
@@ -250,21 +268,31 @@ def _measure(torch: Any, opts: argparse.Namespace, rank: int) -> dict[str, Any]:
     dist.all_reduce(worst, op=dist.ReduceOp.MAX)  # the collective is as slow as its slowest rank
     return {
         "seconds": worst.cpu().tolist(),
-        "deviceName": torch.cuda.get_device_name(rank) if cuda else "cpu",
+        "deviceName": torch.cuda.get_device_name(local_rank) if cuda else "cpu",
     }
 
 
-def _worker(rank: int, ranks: int, store_port: int, opts: argparse.Namespace, results: Any) -> None:
+# Where this pod's ranks sit in the all-reduce: (nodes, node_rank, local_ranks, store_host, store_port).
+# Global rank = node_rank * local_ranks + local rank; world = nodes * local_ranks. A plain tuple, so the
+# spawned ranks can unpickle it however this file was started.
+Layout = tuple[int, int, int, str, int]
+
+
+def _worker(local_rank: int, layout: Layout, opts: argparse.Namespace, results: Any) -> None:
     torch = _torch()
     dist = torch.distributed
+    nodes, node_rank, local_ranks, host, port = layout
+    rank = node_rank * local_ranks + local_rank
     try:
         timeout = timedelta(seconds=opts.timeout_s)
         if opts.backend == "nccl":
-            torch.cuda.set_device(rank)
-        store = dist.TCPStore("127.0.0.1", store_port, is_master=False, timeout=timeout)
-        dist.init_process_group(opts.backend, store=store, rank=rank, world_size=ranks, timeout=timeout)
-        measured = _measure(torch, opts, rank)
-        if rank == 0:
+            torch.cuda.set_device(local_rank)
+        store = dist.TCPStore(host, port, is_master=False, timeout=timeout)
+        dist.init_process_group(
+            opts.backend, store=store, rank=rank, world_size=nodes * local_ranks, timeout=timeout
+        )
+        measured = _measure(torch, opts, local_rank)
+        if local_rank == 0:  # the figures are MAX-reduced over the whole world: every pod has the same
             results.put(("ok", measured))
         dist.destroy_process_group()
     except Exception as exc:
@@ -272,15 +300,12 @@ def _worker(rank: int, ranks: int, store_port: int, opts: argparse.Namespace, re
         raise
 
 
-def _spawn_and_wait(torch: Any, opts: argparse.Namespace, ranks: int) -> dict[str, Any]:
-    """Start ``ranks`` workers around a TCP store held here; return rank 0's measurements or raise."""
+def _spawn_and_wait(torch: Any, opts: argparse.Namespace, layout: Layout) -> dict[str, Any]:
+    """Start this pod's ranks against the store at ``layout``; return local rank 0's measurements or raise."""
     mp = torch.multiprocessing
-    dist = torch.distributed
-    timeout = timedelta(seconds=opts.timeout_s)
-    store = dist.TCPStore("127.0.0.1", 0, None, True, timeout, wait_for_workers=False)
     results = mp.get_context("spawn").SimpleQueue()
     ctx = mp.start_processes(
-        _worker, args=(ranks, store.port, opts, results), nprocs=ranks, join=False, start_method="spawn"
+        _worker, args=(layout, opts, results), nprocs=layout[2], join=False, start_method="spawn"
     )
     deadline = time.monotonic() + opts.timeout_s
     try:
@@ -301,6 +326,102 @@ def _spawn_and_wait(torch: Any, opts: argparse.Namespace, ranks: int) -> dict[st
         if status == "ok":
             return dict(payload)
     raise RuntimeError("rank 0 finished without reporting a result")
+
+
+# ---- the group rendezvous (a pod of a multi-node group; --nnodes > 1) -------------------------------
+
+
+def _key(what: str, node_rank: int | None = None) -> str:
+    return f"{KEY_PREFIX}/{what}" if node_rank is None else f"{KEY_PREFIX}/{what}/{node_rank}"
+
+
+def missing_members_message(missing: Sequence[int], nodes: int, port: int, waited_s: float) -> str:
+    """What the leader says when part of its group never joined (pure: the operator's tests read it)."""
+    which = ", ".join(str(r) for r in missing)
+    return (
+        f"rendezvous: {len(missing)} of {nodes - 1} worker pod(s) (worker index {which}) did not join the "
+        f"leader's store on port {port} within {waited_s:g} s: check that every pod of the group is scheduled "
+        f"and started (image pulled) and can reach the leader on TCP port {port}"
+    )
+
+
+def _lead_group(torch: Any, opts: argparse.Namespace) -> Any:
+    """Node rank 0: hold the group's store on the fixed port, wait (bounded) until every pod has joined."""
+    dist = torch.distributed
+    timeout = timedelta(seconds=opts.timeout_s)
+    try:  # the server listens on every interface; the leader's own ranks reach it on loopback
+        store = dist.TCPStore("127.0.0.1", opts.master_port, None, True, timeout, wait_for_workers=False)
+    except Exception as exc:
+        raise RuntimeError(f"could not hold the group's store on port {opts.master_port}: {_one_line(exc)}") from exc
+    store.set(_key("joined", 0), "1")
+    deadline = time.monotonic() + opts.rendezvous_timeout_s
+    while True:
+        missing = [r for r in range(1, opts.nnodes) if not store.check([_key("joined", r)])]
+        if not missing:
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                missing_members_message(missing, opts.nnodes, opts.master_port, opts.rendezvous_timeout_s)
+            )
+        time.sleep(0.2)
+    store.set(_key("go"), "1")
+    return store
+
+
+def _join_group(torch: Any, opts: argparse.Namespace) -> Any:
+    """Node rank > 0: reach the leader's store (retrying: its pod may start later), check in, wait for go."""
+    dist = torch.distributed
+    where = f"{opts.master_addr}:{opts.master_port}"
+    deadline = time.monotonic() + opts.rendezvous_timeout_s
+    last = "no attempt"
+    store = None
+    while store is None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(
+                f"rendezvous: could not reach the group leader's store at {where} within "
+                f"{opts.rendezvous_timeout_s:g} s (last error: {last[:200]}): is the leader pod running "
+                "its preflight?"
+            )
+        try:
+            store = dist.TCPStore(opts.master_addr, opts.master_port, None, False, timedelta(seconds=min(left, 10)))
+        except Exception as exc:  # refused or not resolvable yet: the leader's pod is not up
+            last = _one_line(exc)
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+    store.set(_key("joined", opts.node_rank), "1")
+    try:
+        store.wait([_key("go")], timedelta(seconds=max(1.0, deadline - time.monotonic())))
+    except Exception as exc:
+        raise TimeoutError(
+            f"rendezvous: joined the leader at {where}, but the rest of the group did not come within "
+            f"{opts.rendezvous_timeout_s:g} s ({_one_line(exc)[:200]})"
+        ) from exc
+    store.set_timeout(timedelta(seconds=opts.timeout_s))
+    return store
+
+
+def _group_layout(torch: Any, opts: argparse.Namespace, local_ranks: int) -> tuple[Any, Layout]:
+    """The store this pod's ranks meet at, and their layout; a single pod holds a private one."""
+    if opts.nnodes == 1:  # a port picked by the kernel, on loopback: nothing can race for it
+        timeout = timedelta(seconds=opts.timeout_s)
+        store = torch.distributed.TCPStore("127.0.0.1", 0, None, True, timeout, wait_for_workers=False)
+        return store, (1, 0, local_ranks, "127.0.0.1", store.port)
+    if opts.node_rank == 0:
+        store = _lead_group(torch, opts)
+        return store, (opts.nnodes, 0, local_ranks, "127.0.0.1", opts.master_port)
+    store = _join_group(torch, opts)
+    return store, (opts.nnodes, opts.node_rank, local_ranks, opts.master_addr, opts.master_port)
+
+
+def _leave_group(store: Any, opts: argparse.Namespace) -> None:
+    """Check out; the leader keeps its store up until every pod has (bounded), so none loses it mid-teardown."""
+    if opts.nnodes == 1:
+        return
+    store.set(_key("done", opts.node_rank), "1")
+    if opts.node_rank == 0:
+        done = [_key("done", r) for r in range(1, opts.nnodes)]
+        with contextlib.suppress(Exception):  # a member that did not finish reports its own error; ours stands
+            store.wait(done, timedelta(seconds=min(60.0, opts.timeout_s)))
 
 
 def _first_error(results: Any) -> str | None:
@@ -343,7 +464,18 @@ def build_parser() -> argparse.ArgumentParser:
         description="All-reduce latency and bus bandwidth check for a multi-GPU pod (see module docstring).",
     )
     p.add_argument("--backend", choices=("nccl", "gloo"), default="nccl", help="gloo runs on CPU tensors")
-    p.add_argument("--nproc", type=int, default=0, help="ranks; 0 = one per visible GPU (gloo: 2)")
+    p.add_argument("--nproc", type=int, default=0, help="ranks in this pod; 0 = one per visible GPU (gloo: 2)")
+    group = p.add_argument_group("multi-node group (one pod per node; every pod of the group runs this)")
+    group.add_argument("--nnodes", type=int, default=1, help="pods in the group (LWS_GROUP_SIZE)")
+    group.add_argument("--node-rank", type=int, default=0, help="this pod's index, 0 = leader (LWS_WORKER_INDEX)")
+    group.add_argument("--master-addr", default="", help="the leader's address (LWS_LEADER_ADDRESS)")
+    group.add_argument("--master-port", type=int, default=0, help="TCP port of the store the leader holds")
+    group.add_argument(
+        "--rendezvous-timeout-s",
+        type=float,
+        default=600.0,
+        help="give up (exit 3) when the group is not whole after this long (default %(default)s)",
+    )
     p.add_argument(
         "--max-small-latency-us",
         type=float,
@@ -381,6 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _base_report(opts: argparse.Namespace, ranks: int) -> dict[str, Any]:
+    group = {"nodes": opts.nnodes, "nodeRank": opts.node_rank} if opts.nnodes > 1 else {}
     return {
         "schema": SCHEMA,
         "passed": False,
@@ -389,6 +522,7 @@ def _base_report(opts: argparse.Namespace, ranks: int) -> dict[str, Any]:
         "backend": opts.backend,
         "ranks": ranks,
         "gpus": ranks if opts.backend == "nccl" else 0,
+        **group,
         "thresholds": {
             "maxSmallLatencyUs": opts.max_small_latency_us,
             "minBusBandwidthGBps": opts.min_bus_bandwidth_gbps,
@@ -410,17 +544,20 @@ def run(opts: argparse.Namespace) -> dict[str, Any]:
     """Measure and judge; always returns a report (outcome 'error' when the check could not run)."""
     torch = _torch()
     gpus = torch.cuda.device_count() if opts.backend == "nccl" else 0
-    ranks = opts.nproc or (gpus if opts.backend == "nccl" else 2)
+    local_ranks = opts.nproc or (gpus if opts.backend == "nccl" else 2)
+    ranks = local_ranks * opts.nnodes
     if opts.timing == "auto":  # a 1-rank in-place all-reduce launches nothing: its graph would be empty
         opts.timing = "graph" if opts.backend == "nccl" and ranks >= 2 else "eager"
     report = _base_report(opts, ranks)
     report["versions"] = _versions(torch)
-    if opts.backend == "nccl" and not 0 < ranks <= gpus:
+    if opts.backend == "nccl" and not 0 < local_ranks <= gpus:
         report["gpus"] = gpus
-        report["message"] = f"nccl preflight needs {ranks or 'at least 1'} GPU(s), {gpus} visible to the pod"
+        report["message"] = f"nccl preflight needs {local_ranks or 'at least 1'} GPU(s), {gpus} visible to the pod"
         return report
     try:
-        measured = _spawn_and_wait(torch, opts, ranks)
+        store, layout = _group_layout(torch, opts, local_ranks)
+        measured = _spawn_and_wait(torch, opts, layout)
+        _leave_group(store, opts)
     except Exception as exc:
         report["message"] = f"preflight could not run: {_one_line(exc)}"
         return report
@@ -448,6 +585,7 @@ def run(opts: argparse.Namespace) -> dict[str, Any]:
         max_small_latency_us=opts.max_small_latency_us,
         min_bus_bandwidth_gbps=opts.min_bus_bandwidth_gbps,
         env=report["env"],
+        nodes=opts.nnodes,
     )
     report.update(passed=passed, outcome="passed" if passed else "below-threshold", message=message)
     return report
@@ -460,10 +598,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--timing=graph needs --backend=nccl (CUDA graphs)")
     if min(opts.iters, opts.rounds, opts.large_iters) < 1 or min(opts.warmup, opts.large_warmup) < 0:
         parser.error("--iters, --rounds and --large-iters must be >= 1; warm-ups >= 0")
+    if opts.nnodes < 1 or not 0 <= opts.node_rank < opts.nnodes:
+        parser.error(f"--node-rank must be in 0..{opts.nnodes - 1} and --nnodes >= 1")
+    if opts.nnodes > 1 and not (opts.master_addr and 0 < opts.master_port < 65536):
+        parser.error("--nnodes > 1 needs --master-addr and --master-port (1..65535)")
+    if opts.rendezvous_timeout_s <= 0 or opts.timeout_s <= 0:
+        parser.error("--timeout-s and --rendezvous-timeout-s must be > 0")
     try:
         report = run(opts)
     except Exception as exc:  # never leave the termination message empty
-        report = _base_report(opts, opts.nproc)
+        report = _base_report(opts, opts.nproc * opts.nnodes)
         report["message"] = f"preflight could not run: {_one_line(exc)}"
     text = encode_report(report)
     if opts.output:

@@ -34,8 +34,12 @@ __all__ = [
     "DEFAULT_MAX_SMALL_LATENCY_US",
     "MAX_REPORT_BYTES",
     "SCHEMA",
+    "GroupMember",
+    "GroupRendezvous",
     "PreflightReport",
     "bus_bandwidth_gbps",
+    "group_args",
+    "group_status",
     "judge",
     "parse_report",
     "preflight_command",
@@ -68,6 +72,8 @@ class PreflightReport:
     nccl_version: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     truncated: bool = False
+    nodes: int = 1  # pods of a multi-node group that joined one all-reduce (ranks counts all of them)
+    node_rank: int = 0  # this pod's index in the group (LWS_WORKER_INDEX); 0 is the leader
 
 
 class _NotAReport(ValueError):
@@ -140,6 +146,8 @@ def _from_doc(doc: Mapping[str, Any]) -> PreflightReport:
         nccl_version=_get(versions, "nccl", str),
         env={str(k): str(v) for k, v in env.items()},
         truncated=bool(_get(doc, "truncated", bool)),
+        nodes=_get(doc, "nodes", int) or 1,
+        node_rank=_get(doc, "nodeRank", int) or 0,
     )
 
 
@@ -185,6 +193,17 @@ def to_status(report: PreflightReport) -> dict[str, Any]:
     return {k: v for k, v in status.items() if v is not None}
 
 
+@dataclass(frozen=True)
+class GroupRendezvous:
+    """Where the pods of a multi-node group meet for one all-reduce (values may be kubelet ``$(VAR)`` refs)."""
+
+    nodes: str  # e.g. "$(LWS_GROUP_SIZE)"
+    node_rank: str  # e.g. "$(LWS_WORKER_INDEX)"
+    master_addr: str  # e.g. "$(LWS_LEADER_ADDRESS)"
+    master_port: int
+    timeout_s: float
+
+
 def preflight_command(
     *,
     max_small_latency_us: float = DEFAULT_MAX_SMALL_LATENCY_US,
@@ -193,8 +212,12 @@ def preflight_command(
     warn_only: bool = False,
     script_path: str = SCRIPT_MOUNT_PATH,
     output: str = TERMINATION_LOG,
+    group: GroupRendezvous | None = None,
 ) -> list[str]:
-    """The init container's command line; the script's defaults (nccl, one rank per GPU) fit a pod."""
+    """The init container's command line; the script's defaults (nccl, one rank per GPU) fit a pod.
+
+    With ``group`` every pod of a multi-node group runs it, and their ranks form one all-reduce.
+    """
     cmd = [
         "python3",
         script_path,
@@ -206,9 +229,64 @@ def preflight_command(
         cmd.append(f"--nproc={nproc}")
     if warn_only:
         cmd.append("--warn-only")
+    if group is not None:
+        cmd += group_args(group)
     return cmd
+
+
+def group_args(group: GroupRendezvous) -> list[str]:
+    """The flags that make one pod's preflight a member of its group's all-reduce."""
+    return [f"--nnodes={group.nodes}", f"--node-rank={group.node_rank}", f"--master-addr={group.master_addr}",
+            f"--master-port={group.master_port}", f"--rendezvous-timeout-s={group.timeout_s:g}"]
 
 
 def script_source() -> str:
     """The standalone script's text, for the ConfigMap mounted at SCRIPT_MOUNT_PATH."""
     return resources.files("qwen_fleet.preflight").joinpath(SCRIPT_NAME).read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    """One pod of a multi-node group as the operator sees it: its report, if its init container has ended."""
+
+    pod: str
+    worker_index: int
+    report: PreflightReport | None
+
+
+def _says(member: GroupMember, report: PreflightReport) -> str:
+    return f"pod {member.pod} (worker index {member.worker_index}): {report.message}"
+
+
+def group_status(group: int, members: list[GroupMember]) -> dict[str, Any]:
+    """One entry of ``status.nccl.groups``: a group passes when every pod of it reported a pass.
+
+    Every pod of a group ran the same all-reduce (its figures are MAX-reduced over the whole group), so the
+    figures shown are the leader's, or the first reporter's until the leader has reported. The verdict is the
+    worst of the members': an error (the check could not run, e.g. a pod never joined) before a failed
+    threshold; ``pending`` until as many pods as the group's size have reported.
+    """
+    members = sorted(members, key=lambda m: (m.worker_index, m.pod))
+    reported = [(m, m.report) for m in members if m.report is not None]
+    nodes = max([r.nodes for _, r in reported] + [len(members)])
+    entry: dict[str, Any] = {"group": group, "pods": [m.pod for m in members], "nodes": nodes,
+                             "reported": len(reported)}
+    for outcome in ("error", "below-threshold"):
+        bad = [(m, r) for m, r in reported if r.outcome == outcome]
+        if bad:
+            entry.update(passed=False, outcome=outcome, message=_says(*bad[0]))
+            break
+    else:
+        if len(reported) < nodes:
+            waiting = sorted({m.worker_index for m in members} - {m.worker_index for m, _ in reported})
+            which = f"worker index {', '.join(map(str, waiting))}" if waiting else "the group's other pods"
+            entry.update(outcome="pending", message=f"{len(reported)} of {nodes} pods reported; waiting for {which}")
+        else:
+            entry.update(passed=True, outcome="passed", message=_says(*reported[0]))
+    if reported:
+        figures = to_status(reported[0][1])
+        for key in ("gpus", "backend", "smallMessageLatencyMicroseconds", "smallMessageLatencyBytes",
+                    "busBandwidthGBps", "ncclVersion", "checkedAt"):
+            if key in figures:
+                entry[key] = figures[key]
+    return entry

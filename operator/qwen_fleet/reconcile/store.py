@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qwen_fleet.api import API_VERSION, KIND
-from qwen_fleet.preflight.report import parse_report, to_status
+from qwen_fleet.preflight.report import GroupMember, group_status, parse_report, to_status
 from qwen_fleet.reconcile.queue import Key
 from qwen_fleet.render.common import CONTAINER_NAME, INSTANCE_LABEL
 from qwen_fleet.render.deployment import PREFLIGHT_CONTAINER
+from qwen_fleet.render.leaderworkerset import GROUP_INDEX_LABEL, WORKER_INDEX_LABEL
 
 ChildKey = tuple[str, str]  # (kind, name)
 # A line that reports an error: "ValueError: ...", "pydantic_core...ValidationError: ...", "api_server.py: error: ..."
@@ -52,6 +53,11 @@ def pod_summary(body: Mapping[str, Any]) -> dict[str, Any]:
     """What status needs to know about one pod: scheduling trouble, crash loops, the preflight report."""
     meta, st = body.get("metadata") or {}, body.get("status") or {}
     out: dict[str, Any] = {"name": meta.get("name"), "phase": st.get("phase")}
+    labels = meta.get("labels") or {}
+    if str(labels.get(GROUP_INDEX_LABEL, "")).isdigit():  # a pod of a LeaderWorkerSet group (set by LWS)
+        out["group"] = int(labels[GROUP_INDEX_LABEL])
+        worker = str(labels.get(WORKER_INDEX_LABEL, ""))
+        out["workerIndex"] = int(worker) if worker.isdigit() else 0
     for cond in st.get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
             out["unschedulable"] = cond.get("message") or cond.get("reason")
@@ -90,16 +96,23 @@ def error_lines(log_tail: str, keep: int = 4, limit: int = 1000) -> str:
 
 
 def nccl_status(pods: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """status.nccl from the newest preflight report among the fleet's pods."""
+    """status.nccl from the newest preflight report among the fleet's pods; for a multi-node fleet also
+    ``groups``, one verdict per LeaderWorkerSet group (every pod of a group runs the check together)."""
     best: dict[str, Any] | None = None
+    groups: dict[int, list[GroupMember]] = {}
     for pod in pods:
         report = parse_report(pod.get("preflightReport") or "")
+        if "group" in pod:
+            member = GroupMember(pod=str(pod.get("name")), worker_index=int(pod.get("workerIndex", 0)), report=report)
+            groups.setdefault(int(pod["group"]), []).append(member)
         if report is None:
             continue
         status = {**to_status(report), "pod": pod.get("name")}
         if best is None or str(status.get("checkedAt", "")) > str(best.get("checkedAt", "")):
             best = status
-    return best
+    if best is None or not groups:
+        return best
+    return {**best, "groups": [group_status(g, groups[g]) for g in sorted(groups)]}
 
 
 @dataclass

@@ -16,16 +16,28 @@ from typing import Any
 
 from qwen_fleet.api import QwenInference
 from qwen_fleet.plan import Plan
+from qwen_fleet.preflight.report import GroupRendezvous, group_args
 from qwen_fleet.render.common import CONTAINER_NAME, metadata, selector_labels
-from qwen_fleet.render.deployment import render_deployment
+from qwen_fleet.render.deployment import PREFLIGHT_CONTAINER, render_deployment
 from qwen_fleet.render.engine_args import HEADLESS_WORKER_COMMAND, MASTER_PORT, multi_node_args
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 LWS_KIND = "LeaderWorkerSet"
 EXCLUSIVE_TOPOLOGY_ANNOTATION = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"  # set by LWS on every pod; "0" is the leader
+GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"  # set by LWS on every pod: the group (replica)
 ROLE_LABEL = "qwenfleet.io/role"
 RENDEZVOUS_PORT_NAME = "rendezvous"
+# The NCCL preflight's group store, held by the leader's init container. Not vLLM's MASTER_PORT: the two never
+# run at once (init containers end first), but a distinct port keeps a lingering socket from the preflight out
+# of vLLM's way. 29400 is torchrun's rendezvous port by convention.
+PREFLIGHT_PORT = 29400
+PREFLIGHT_PORT_NAME = "nccl-preflight"
+# Pods of a group start apart (each node pulls the multi-GB image itself); the leader waits this long for them.
+PREFLIGHT_RENDEZVOUS_TIMEOUT_S = 900.0
+PREFLIGHT_GROUP = GroupRendezvous(nodes="$(LWS_GROUP_SIZE)", node_rank="$(LWS_WORKER_INDEX)",
+                                  master_addr="$(LWS_LEADER_ADDRESS)", master_port=PREFLIGHT_PORT,
+                                  timeout_s=PREFLIGHT_RENDEZVOUS_TIMEOUT_S)
 
 
 def leader_selector(cr: QwenInference) -> dict[str, str]:
@@ -38,7 +50,19 @@ def leader_selector(cr: QwenInference) -> dict[str, str]:
 def _template(pod_template: dict[str, Any], role: str) -> dict[str, Any]:
     template = copy.deepcopy(pod_template)
     template["metadata"]["labels"][ROLE_LABEL] = role
+    _join_group_preflight(template["spec"], leader=role == "leader")
     return template
+
+
+def _join_group_preflight(pod_spec: dict[str, Any], *, leader: bool) -> None:
+    """Every pod of the group runs the preflight as one all-reduce: rank = worker index x GPUs per pod + local
+    rank. The LWS webhook injects LWS_* into init containers too; the kubelet expands the $(VAR)s in args."""
+    for init in pod_spec.get("initContainers", []):
+        if init["name"] != PREFLIGHT_CONTAINER:
+            continue
+        init["args"] = [*init["args"], *group_args(PREFLIGHT_GROUP)]
+        if leader:
+            init["ports"] = [{"name": PREFLIGHT_PORT_NAME, "containerPort": PREFLIGHT_PORT, "protocol": "TCP"}]
 
 
 def _leader(cr: QwenInference, pod_template: dict[str, Any]) -> dict[str, Any]:
