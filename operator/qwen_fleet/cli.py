@@ -148,6 +148,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quantization")
     p.add_argument("--max-loras", type=int, default=0, help="LoRA adapters served at once (vLLM --max-loras)")
     p.add_argument("--max-lora-rank", type=int, default=16, help="largest adapter rank (vLLM --max-lora-rank)")
+    daily = p.add_argument_group("daily volume", "replicas that finish a day's requests (docs/capacity.md)")
+    daily.add_argument("--requests-per-day", type=int, help="requests to finish per day, e.g. 100000")
+    daily.add_argument("--prompt-tokens", type=int, help="prompt tokens per request")
+    daily.add_argument("--output-tokens", type=int, help="output tokens per request")
+    daily.add_argument("--window-hours", type=float, default=24.0, help="hours the requests must finish in")
+    daily.add_argument("--output-tokens-per-second-per-replica", type=float,
+                       help="measured or stated decode throughput of one replica, all sequences together")
+    daily.add_argument("--prefill-tokens-per-second-per-replica", type=float,
+                       help="measured or stated prompt (prefill) throughput of one replica")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("crd", help="print (or write) the generated CustomResourceDefinition")

@@ -19,6 +19,14 @@ from qwen_fleet.plan.capacity import (
     suggest_batching,
     valid_tensor_sizes,
 )
+from qwen_fleet.plan.daily import (
+    DailyPlanError,
+    DailyWork,
+    ReplicaThroughput,
+    allowed_concurrency,
+    format_daily_plan,
+    plan_daily,
+)
 from qwen_fleet.plan.parallel import format_layout, parallel_problems, parallel_warnings
 from qwen_fleet.plan.planner import (
     VLLM_DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -37,7 +45,40 @@ def _print_details(caps: list[Capacity]) -> None:
             print(f"  {cap.input.model.name}: warning: {warning}")
 
 
-def _from_file(path: str) -> int:
+def _daily_inputs(args: argparse.Namespace) -> tuple[DailyWork, ReplicaThroughput] | str | None:
+    """The daily-volume question, if asked: None when not, a message when it cannot be answered."""
+    if getattr(args, "requests_per_day", None) is None:
+        return None
+    if args.prompt_tokens is None or args.output_tokens is None:
+        return "--requests-per-day needs --prompt-tokens and --output-tokens (tokens per request)"
+    work = DailyWork(requests_per_day=args.requests_per_day, prompt_tokens=args.prompt_tokens,
+                     output_tokens=args.output_tokens, window_hours=args.window_hours)
+    throughput = ReplicaThroughput(output_tokens_per_second=args.output_tokens_per_second_per_replica,
+                                   prefill_tokens_per_second=args.prefill_tokens_per_second_per_replica)
+    try:
+        plan_daily(work, throughput)  # refuse before planning when the figures cannot answer
+    except DailyPlanError as err:
+        return str(err)
+    return work, throughput
+
+
+def _print_daily(daily: tuple[DailyWork, ReplicaThroughput] | None, cap: Capacity) -> bool:
+    """Print the daily-volume answer for one planned spec; True when its requests cannot run on it."""
+    if daily is None or not cap.feasible:
+        return False
+    work, throughput = daily
+    # each data-parallel engine has its own scheduler (max_num_seqs) and KV cache
+    concurrency = cap.input.data_parallel * allowed_concurrency(
+        max_num_seqs=cap.max_num_seqs, kv_cache_tokens=cap.kv_cache_tokens,
+        prompt_tokens=work.prompt_tokens, output_tokens=work.output_tokens, max_model_len=cap.max_model_len)
+    replica_gpus = cap.gpus * cap.input.data_parallel
+    print(f"{cap.input.model.name}:")
+    for line in format_daily_plan(plan_daily(work, throughput, concurrency=concurrency), replica_gpus):
+        print(f"  {line}")
+    return concurrency < 1
+
+
+def _from_file(path: str, daily: tuple[DailyWork, ReplicaThroughput] | None = None) -> int:
     try:
         docs = [d for d in yaml.safe_load_all(Path(path).read_text()) if isinstance(d, dict) and d.get("kind") == KIND]
     except (OSError, yaml.YAMLError) as err:
@@ -62,6 +103,8 @@ def _from_file(path: str) -> int:
         refused |= _print_layout(cr, cap)
     if caps:
         _print_details(caps)
+        for cap in caps:
+            refused |= _print_daily(daily, cap)
     return 1 if refused or any(c.problems for c in caps) else 0
 
 
@@ -89,8 +132,12 @@ def _print_layout(cr: QwenInference, cap: Capacity) -> bool:
 
 
 def plan_command(args: argparse.Namespace) -> int:
+    daily = _daily_inputs(args)
+    if isinstance(daily, str):
+        print(f"qwen-fleet: {daily}", file=sys.stderr)
+        return 2
     if args.file:
-        return _from_file(args.file)
+        return _from_file(args.file, daily)
     if not args.model or not args.gpu:
         print("qwen-fleet: plan needs -f FILE, or --model and --gpu", file=sys.stderr)
         return 2
@@ -122,4 +169,6 @@ def plan_command(args: argparse.Namespace) -> int:
               f"maxNumBatchedTokens {advice.max_num_batched_tokens}")
         for note in advice.notes:
             print(f"  {note}")
+    if _print_daily(daily, caps[0]):
+        return 1
     return 0 if caps[0].feasible else 1
