@@ -28,11 +28,14 @@ from qwen_fleet.reconcile import metrics
 from qwen_fleet.reconcile.controller import Controller, RetryLater
 from qwen_fleet.reconcile.events import EventSender
 from qwen_fleet.reconcile.kinds import CHILD_KINDS
+from qwen_fleet.reconcile.kopf_rescan import KopfHandles, ensure_watched
 from qwen_fleet.reconcile.kopf_storage import NoDiffBase
 from qwen_fleet.reconcile.kube import KubeClient
 from qwen_fleet.reconcile.leader import LeaderElector, LeaseTimings
 from qwen_fleet.reconcile.queue import Key, WorkQueue
 from qwen_fleet.reconcile.store import Store, compact_child, instance_key, owner_key, pod_summary
+from qwen_fleet.reconcile.workload import LWS
+from qwen_fleet.render import Capabilities
 from qwen_fleet.render.common import INSTANCE_LABEL, MANAGED_BY_LABEL
 
 log = logging.getLogger("qwen_fleet.operator")
@@ -56,6 +59,17 @@ class Runtime:
         self.events: EventSender | None = None
         self.stop_flag = threading.Event()  # kopf.run stops when it is set (leadership lost)
         self.exit_code = 0
+        self.kopf: KopfHandles | None = None  # kopf's registry and insights, for APIs installed after start-up
+
+
+def optional_groups(caps: Capabilities) -> set[str]:
+    """API groups of the optional child kinds the cluster serves now (their children are indexed by kopf)."""
+    groups = set()
+    if caps.service_monitor or caps.prometheus_rule:
+        groups.add("monitoring.coreos.com")
+    if caps.leader_worker_set:
+        groups.add(LWS.api_version.split("/")[0])
+    return groups
 
 
 def _resource_key(body: Any) -> Key:
@@ -132,6 +146,8 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
     async def configure(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
         cfg = rt.config
         _configure_kopf(settings, cfg)
+        if rt.kopf is not None:
+            rt.kopf.settings = settings
         # kopf hands every index to handlers as a keyword argument named after the index.
         rt.store.children_indexes = [kwargs[f"children_{child.plural}"] for child in CHILD_KINDS]
         rt.store.pods_index = kwargs["pods_index"]
@@ -268,6 +284,8 @@ async def _resync(rt: Runtime) -> None:
         await asyncio.sleep(rt.config.resync_seconds)
         try:
             await rt.controller.refresh_capabilities()
+            if rt.kopf is not None:  # an optional API installed since start-up: watch it even if kopf missed it
+                await ensure_watched(rt.kopf, optional_groups(rt.controller.capabilities))
         except Exception as err:
             log.warning("capability check failed: %s", err)
         rt.controller.refused.clear()  # a refused spec gets one more attempt per resync

@@ -103,11 +103,17 @@ def run_operator(verbose: bool = False) -> int:
     from qwen_fleet.reconcile import handlers, kopf_patches
 
     kopf_patches.apply()  # before kopf starts: start-up over many objects in linear, not quadratic, time
+    from kopf._cogs.structs.references import Insights
+
+    from qwen_fleet.reconcile.kopf_rescan import KopfHandles
+
     registry = kopf.OperatorRegistry()
     runtime = handlers.Runtime(config)
+    runtime.kopf = KopfHandles(registry=registry, insights=Insights())
     handlers.register(registry, runtime)
     kopf.run(
         registry=registry,
+        insights=runtime.kopf.insights,
         stop_flag=runtime.stop_flag,
         standalone=True,
         clusterwide=not config.namespaces,
