@@ -49,6 +49,12 @@ MAX_NUM_SEQS = 4
 SERVER_ARGS = ["--max-model-len", "1024", "--max-num-seqs", str(MAX_NUM_SEQS), "--dtype", "bfloat16",
                "--enforce-eager"]
 BURST_CLIENTS = 32  # 8x maxNumSeqs: ~28 waiting -> ceil(28 / 5) = 6 wanted, well above maxReplicas
+# Long enough that the API server takes few requests a second: with 128-token requests (8 a second to keep 28
+# waiting) a loaded 2-core machine's API server fell behind, the engine's queue emptied for seconds at a time
+# (its own log: waiting 28, 3, 1, 0, 17, 0) and the HPA read 0 and said TooFewReplicas mid-burst.
+BURST_TOKENS = 512
+# ScalingLimited reasons of a fleet held at maxReplicas by the HPA (not the TooFewReplicas of a queue read as 0).
+AT_MAX_REASONS = ("TooManyReplicas", "ScaleUpLimit")
 MIN_REPLICAS, MAX_REPLICAS = 1, 3
 # Production default is 600 s; shortened so the test sees the way down, but longer than the gaps a loaded 2-core
 # machine puts between the HPA's reads (a 30 s window let a stall of the queue signal scale down mid-burst).
@@ -312,7 +318,7 @@ class Scenario:
         """Start the burst; return (load still on) once the fleet is at maxReplicas and the CR says why it
         stops there: the CR as it was at that moment."""
         self.phase = "burst"
-        self.load = Burst(self.vllm.base_url, clients).start()
+        self.load = Burst(self.vllm.base_url, clients, max_tokens=BURST_TOKENS).start()
         self.rec.mark("burst_start")
         self.wait("a queue on the vLLM server", lambda: self.vllm.metrics().get(
             "vllm:num_requests_waiting", 0) > 0, 60)
@@ -322,8 +328,11 @@ class Scenario:
         self.wait("maxReplicas", lambda: self.replicas() >= MAX_REPLICAS, timeout)
         self.rec.mark("at_max")
         self.wait_sampled("maxReplicas recorded", lambda s: s.replicas >= MAX_REPLICAS)
-        qwi = self.wait("ScalingLimited mirrored in the CR status", lambda: (q := self.qwi()) and _condition(
-            q, "ScalingLimited").get("status") == "True" and q, timeout)
+        # The CR mirrors the HPA's conditions at the operator's next look: wait for the at-max reason, not an
+        # earlier ScalingLimited (e.g. TooFewReplicas while the queue read 0) still shown.
+        qwi = self.wait("ScalingLimited at maxReplicas mirrored in the CR status", lambda: (q := self.qwi()) and (
+            c := _condition(q, "ScalingLimited")).get("status") == "True" and c.get("reason") in AT_MAX_REASONS
+            and q, timeout)
         self.rec.mark("limited_reported")
         time.sleep(hold_s)
         return dict(qwi)

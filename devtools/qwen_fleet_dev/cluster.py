@@ -12,6 +12,7 @@ and its webhooks run too (``lws``). Used by the pytest fixtures, ``qwen-fleet de
 from __future__ import annotations
 
 import json
+import random
 import secrets
 import shutil
 import socket
@@ -67,7 +68,38 @@ class KubectlError(subprocess.CalledProcessError):
         return f"kubectl {' '.join(self.cmd[2:])} failed ({self.returncode}): {str(self.stderr).strip()[:2000]}"
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(port: int) -> bool:
+    for host in ("127.0.0.1", "0.0.0.0"):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                return False
+    return True
+
+
 def free_port() -> int:
+    """A port free now, for a server started a moment later.
+
+    Taken below the kernel's ephemeral range: a port from ``bind(("", 0))`` is one the kernel also hands to
+    other processes' sockets (a vLLM engine starting beside the cluster opens dozens), and one of them took an
+    operator's liveness port between the pick and the operator's bind ("address already in use"). Also
+    above the 10xxx ports kubelet, kube-proxy and the controllers default to, and below the NodePort range
+    (30000-32767) that kube-proxy holds on the real node.
+    """
+    rng = random.SystemRandom()
+    high = min(_ephemeral_low() - 1, 29999)
+    for _ in range(200):
+        port = rng.randint(min(20000, high), high)
+        if _bindable(port):
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])

@@ -14,7 +14,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -27,6 +26,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from qwen_fleet_dev.cluster import free_port as cluster_free_port
 from qwen_fleet_dev.processes import _die_with_parent
 
 from .tiny_qwen import vllm_python
@@ -40,9 +40,7 @@ _DROP_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTEST_CURRENT_TEST", "
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return cluster_free_port()  # below the ephemeral range: see qwen_fleet_dev.cluster.free_port
 
 
 class VllmServer:
