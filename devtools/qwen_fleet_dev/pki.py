@@ -37,18 +37,21 @@ def make_pki(directory: Path) -> Pki:
     )
     if pki.front_proxy_client_cert.exists():
         return pki
-    ca_key = directory / "front-proxy-ca.key"
-    csr = directory / "front-proxy-client.csr"
     _openssl("genrsa", "-out", str(pki.sa_key), "2048")
-    _openssl("genrsa", "-out", str(ca_key), "2048")
-    _openssl("req", "-x509", "-new", "-key", str(ca_key), "-days", "3650", "-subj", "/CN=front-proxy-ca",
-             "-out", str(pki.front_proxy_ca))
-    _openssl("genrsa", "-out", str(pki.front_proxy_client_key), "2048")
-    _openssl("req", "-new", "-key", str(pki.front_proxy_client_key), "-subj", f"/CN={FRONT_PROXY_CLIENT}",
-             "-out", str(csr))
-    _openssl("x509", "-req", "-in", str(csr), "-CA", str(pki.front_proxy_ca), "-CAkey", str(ca_key),
-             "-CAcreateserial", "-days", "3650", "-out", str(pki.front_proxy_client_cert))
+    _ca_and_client(directory / "front-proxy-ca.key", pki.front_proxy_ca, "/CN=front-proxy-ca",
+                   pki.front_proxy_client_key, pki.front_proxy_client_cert, f"/CN={FRONT_PROXY_CLIENT}")
     return pki
+
+
+def _ca_and_client(ca_key: Path, ca: Path, ca_subject: str, key: Path, cert: Path, subject: str) -> None:
+    """A self-signed CA (10 years) and a client certificate it signs for ``subject``."""
+    csr = cert.with_suffix(".csr")
+    _openssl("genrsa", "-out", str(ca_key), "2048")
+    _openssl("req", "-x509", "-new", "-key", str(ca_key), "-days", "3650", "-subj", ca_subject, "-out", str(ca))
+    _openssl("genrsa", "-out", str(key), "2048")
+    _openssl("req", "-new", "-key", str(key), "-subj", subject, "-out", str(csr))
+    _openssl("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
+             "-CAcreateserial", "-days", "3650", "-out", str(cert))
 
 
 @dataclass(frozen=True)
@@ -69,16 +72,8 @@ def make_kubelet_client_pki(directory: Path) -> KubeletClientPki:
                            key=directory / "kubelet-client.key")
     if pki.cert.exists():
         return pki
-    ca_key = directory / "kubelet-client-ca.key"
-    csr = directory / "kubelet-client.csr"
-    _openssl("genrsa", "-out", str(ca_key), "2048")
-    _openssl("req", "-x509", "-new", "-key", str(ca_key), "-days", "3650", "-subj", "/CN=kubelet-client-ca",
-             "-out", str(pki.ca))
-    _openssl("genrsa", "-out", str(pki.key), "2048")
-    _openssl("req", "-new", "-key", str(pki.key), "-subj", f"/O=system:masters/CN={KUBELET_CLIENT}",
-             "-out", str(csr))
-    _openssl("x509", "-req", "-in", str(csr), "-CA", str(pki.ca), "-CAkey", str(ca_key),
-             "-CAcreateserial", "-days", "3650", "-out", str(pki.cert))
+    _ca_and_client(directory / "kubelet-client-ca.key", pki.ca, "/CN=kubelet-client-ca", pki.key, pki.cert,
+                   f"/O=system:masters/CN={KUBELET_CLIENT}")
     return pki
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from qwen_fleet_dev.cluster import free_port as cluster_free_port
+from qwen_fleet_dev.cluster import free_port  # below the kernel's ephemeral range; re-exported for tests
 from qwen_fleet_dev.processes import _die_with_parent
 
 from .tiny_qwen import vllm_python
@@ -37,10 +37,6 @@ CONCURRENCY_LINE = re.compile(r"Maximum concurrency for (?P<len>[\d,]+) tokens p
 DEFAULT_STARTUP_TIMEOUT_S = 900.0
 # Variables of the project venv that must not leak into the engine's interpreter.
 _DROP_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTEST_CURRENT_TEST", "PYTEST_ADDOPTS")
-
-
-def free_port() -> int:
-    return cluster_free_port()  # below the ephemeral range: see qwen_fleet_dev.cluster.free_port
 
 
 class VllmServer:
