@@ -87,6 +87,8 @@ vllm-flags: vllm-venv ## regenerate vLLM's flag table (engine.extraArgs is check
 generate: venv ## regenerate the CRD (and the chart's byte-for-byte copy) from the pydantic models
 	$(VENV)/bin/qwen-fleet crd -o crds/qwenfleet.io_qweninferences.yaml
 	cp crds/qwenfleet.io_qweninferences.yaml charts/qwen-fleet/files/crds/qwenfleet.io_qweninferences.yaml
+	$(VENV)/bin/qwen-fleet crd --kind QwenBatch -o crds/qwenfleet.io_qwenbatches.yaml
+	cp crds/qwenfleet.io_qwenbatches.yaml charts/qwen-fleet/files/crds/qwenfleet.io_qwenbatches.yaml
 
 lint: venv ## ruff, mypy (strict), hadolint, helm lint --strict, kubeconform of every manifest we ship
 	$(VENV)/bin/ruff check operator devtools tests bench hack

@@ -1,4 +1,4 @@
-"""qwen-fleet: operator | render | plan | crd | dev up/down | run."""
+"""qwen-fleet: operator | render | plan | crd | batch-run | dev up/down | run."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def _load_docs(path: str) -> list[dict[str, Any]]:
 def cmd_crd(args: argparse.Namespace) -> int:
     from qwen_fleet.api.crd import render_yaml
 
-    text = render_yaml()
+    text = render_yaml(args.kind)
     if args.output:
         Path(args.output).write_text(text)
     else:
@@ -122,6 +122,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_demo(Path(args.example), keep=not args.once, real_node=args.real_node)
 
 
+def cmd_batch_run(args: argparse.Namespace) -> int:
+    from qwen_fleet.batchrun.cli import batch_run_command
+
+    return batch_run_command(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="qwen-fleet", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -161,7 +167,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("crd", help="print (or write) the generated CustomResourceDefinition")
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
+    p.add_argument("--kind", choices=("QwenInference", "QwenBatch"), default="QwenInference")
     p.set_defaults(func=cmd_crd)
+
+    p = sub.add_parser("batch-run", help="run a QwenBatch's requests (what its Job runs; docs/batch.md)")
+    from qwen_fleet.batchrun.cli import add_arguments
+
+    add_arguments(p)
+    p.set_defaults(func=cmd_batch_run)
 
     p = sub.add_parser("dev", help="a local control plane with fake GPU nodes, for people")
     dev = p.add_subparsers(dest="dev_command", required=True)

@@ -6,10 +6,11 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from qwen_fleet import versions
+from qwen_fleet import __version__, versions
 
 FIELD_MANAGER = "qwen-fleet"
 MANAGED_BY = "qwen-fleet"
+RUNNER_IMAGE = f"ghcr.io/qwen-fleet/operator:{__version__}"
 
 
 def _float(name: str, default: float) -> float:
@@ -35,6 +36,8 @@ def _int(name: str, default: int) -> int:
 @dataclass(frozen=True)
 class OperatorConfig:
     default_image: str = versions.VLLM_IMAGE
+    # The image QwenBatch Jobs run `qwen-fleet batch-run` from: the operator's own (the chart sets it).
+    runner_image: str = RUNNER_IMAGE
     namespaces: tuple[str, ...] = ()  # empty: all namespaces
     resync_seconds: int = 300  # level-based safety net on top of watch events
     workers: int = 16  # concurrent reconciles; the API client has twice as many threads and connections
@@ -60,6 +63,7 @@ class OperatorConfig:
         namespaces = tuple(n.strip() for n in os.environ.get("QWEN_FLEET_NAMESPACES", "").split(",") if n.strip())
         return cls(
             default_image=os.environ.get("QWEN_FLEET_DEFAULT_IMAGE") or versions.VLLM_IMAGE,
+            runner_image=os.environ.get("QWEN_FLEET_RUNNER_IMAGE") or RUNNER_IMAGE,
             namespaces=namespaces,
             resync_seconds=_int("QWEN_FLEET_RESYNC_SECONDS", 300),
             workers=max(1, _int("QWEN_FLEET_WORKERS", 16)),

@@ -11,16 +11,22 @@ from typing import Any
 
 import yaml
 
+from qwen_fleet.api import batch as b
 from qwen_fleet.api import resource as r
 from qwen_fleet.api.base import ApiModel
 
 _DROP_KEYS = {"title", "additionalProperties", "$defs"}
+# kind -> (the resource, its spec, its status)
+_MODELS: dict[str, tuple[type[ApiModel], type[ApiModel], type[ApiModel]]] = {
+    r.KIND: (r.QwenInference, r.QwenInferenceSpec, r.QwenInferenceStatus),
+    b.BATCH_KIND: (b.QwenBatch, b.QwenBatchSpec, b.QwenBatchStatus),
+}
 
 
-def _rules_by_class() -> dict[str, list[dict[str, str]]]:
+def _rules_by_class(root: type[ApiModel] = r.QwenInference) -> dict[str, list[dict[str, str]]]:
     """Map every API model's schema name to its CEL rules."""
     found: dict[str, list[dict[str, str]]] = {}
-    stack: list[type[ApiModel]] = [r.QwenInference]
+    stack: list[type[ApiModel]] = [root]
     seen: set[type[ApiModel]] = set()
     while stack:
         cls = stack.pop()
@@ -124,20 +130,25 @@ def _apply_factory_defaults(cls: type[ApiModel], schema: dict[str, Any]) -> None
                 prop["default"] = value.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
-def spec_schema() -> dict[str, Any]:
-    raw = r.QwenInference.model_json_schema(by_alias=True, mode="validation")
+def spec_schema(kind: str = r.KIND) -> dict[str, Any]:
+    model, spec_model, status_model = _MODELS[kind]
+    raw = model.model_json_schema(by_alias=True, mode="validation")
     defs = raw.get("$defs", {})
-    rules = _rules_by_class()
+    rules = _rules_by_class(model)
     root = _convert({k: v for k, v in raw.items() if k != "$defs"}, defs, rules)
-    root["x-kubernetes-validations"] = rules.get("QwenInference", [])
+    root["x-kubernetes-validations"] = rules.get(kind, [])
     root["properties"]["metadata"] = {"type": "object"}
     for key in ("apiVersion", "kind"):
         root["properties"][key] = {"type": "string", "description": root["properties"][key]["description"]}
     spec = root["properties"]["spec"]
     status = root["properties"]["status"]
     spec.pop("default", None)
-    _apply_factory_defaults(r.QwenInferenceSpec, spec)
-    _apply_factory_defaults(r.QwenInferenceStatus, status)
+    if kind == b.BATCH_KIND:
+        # A transition rule, so the apiserver's alone (pydantic sees one object, never the old one).
+        spec.setdefault("x-kubernetes-validations", []).append(
+            {"rule": "self == oldSelf", "message": b.IMMUTABLE_SPEC_MESSAGE})
+    _apply_factory_defaults(spec_model, spec)
+    _apply_factory_defaults(status_model, status)
     root["required"] = ["spec"]
     return dict(root)
 
@@ -157,37 +168,64 @@ def printer_columns() -> list[dict[str, Any]]:
     ]
 
 
-def crd() -> dict[str, Any]:
+def batch_printer_columns() -> list[dict[str, Any]]:
+    return [
+        {"name": "Status", "type": "string", "jsonPath": ".status.state"},
+        {"name": "Completed", "type": "integer", "jsonPath": ".status.completed"},
+        {"name": "Total", "type": "integer", "jsonPath": ".status.total"},
+        {"name": "Failed", "type": "integer", "jsonPath": ".status.failed"},
+        {"name": "Tok/s", "type": "number", "jsonPath": ".status.tokensPerSecond",
+         "description": "Completion tokens per second"},
+        {"name": "ETA", "type": "integer", "jsonPath": ".status.etaSeconds", "description": "Seconds left"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        {"name": "Fleet", "type": "string", "priority": 1, "jsonPath": ".spec.fleetRef.name"},
+        {"name": "Job", "type": "string", "priority": 1, "jsonPath": ".status.job"},
+        {"name": "Reason", "type": "string", "priority": 1,
+         "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'},
+    ]
+
+
+def crd(kind: str = r.KIND) -> dict[str, Any]:
+    if kind == b.BATCH_KIND:
+        return _crd(kind, b.BATCH_PLURAL, b.BATCH_SINGULAR, b.BATCH_SHORT_NAMES, {"status": {}},
+                    batch_printer_columns())
+    scale = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+             "labelSelectorPath": ".status.selector"}
+    return _crd(kind, r.PLURAL, r.SINGULAR, r.SHORT_NAMES, {"status": {}, "scale": scale}, printer_columns())
+
+
+def _crd(kind: str, plural: str, singular: str, short_names: tuple[str, ...], subresources: dict[str, Any],
+         columns: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": f"{r.PLURAL}.{r.GROUP}",
+            "name": f"{plural}.{r.GROUP}",
             "labels": {"app.kubernetes.io/name": "qwen-fleet", "app.kubernetes.io/component": "crd"},
         },
         "spec": {
             "group": r.GROUP,
             "scope": "Namespaced",
             "names": {
-                "kind": r.KIND, "listKind": f"{r.KIND}List", "plural": r.PLURAL, "singular": r.SINGULAR,
-                "shortNames": list(r.SHORT_NAMES), "categories": list(r.CATEGORIES),
+                "kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": singular,
+                "shortNames": list(short_names), "categories": list(r.CATEGORIES),
             },
             "versions": [{
                 "name": r.VERSION,
                 "served": True,
                 "storage": True,
-                "schema": {"openAPIV3Schema": spec_schema()},
-                "subresources": {
-                    "status": {},
-                    "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
-                              "labelSelectorPath": ".status.selector"},
-                },
-                "additionalPrinterColumns": printer_columns(),
+                "schema": {"openAPIV3Schema": spec_schema(kind)},
+                "subresources": subresources,
+                "additionalPrinterColumns": columns,
             }],
         },
     }
 
 
-def render_yaml() -> str:
-    header = "# Generated from operator/qwen_fleet/api by `qwen-fleet crd` (make generate). Do not edit.\n"
-    return header + yaml.safe_dump(crd(), sort_keys=False, width=120)
+def render_yaml(kind: str = r.KIND) -> str:
+    option = "" if kind == r.KIND else f" --kind {kind}"
+    header = f"# Generated from operator/qwen_fleet/api by `qwen-fleet crd{option}` (make generate). Do not edit.\n"
+    return header + yaml.safe_dump(crd(kind), sort_keys=False, width=120)
+
+
+CRD_FILES = {r.KIND: f"qwenfleet.io_{r.PLURAL}.yaml", b.BATCH_KIND: f"qwenfleet.io_{b.BATCH_PLURAL}.yaml"}

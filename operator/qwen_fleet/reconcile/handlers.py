@@ -25,6 +25,7 @@ import kopf
 from qwen_fleet.api import GROUP, KIND, PLURAL, VERSION
 from qwen_fleet.config import MANAGED_BY, OperatorConfig
 from qwen_fleet.reconcile import metrics
+from qwen_fleet.reconcile.batch_controller import BatchController, batch_resync, batch_worker, register_batch
 from qwen_fleet.reconcile.controller import Controller, RetryLater
 from qwen_fleet.reconcile.events import EventSender
 from qwen_fleet.reconcile.kinds import CHILD_KINDS
@@ -60,6 +61,7 @@ class Runtime:
         self.stop_flag = threading.Event()  # kopf.run stops when it is set (leadership lost)
         self.exit_code = 0
         self.kopf: KopfHandles | None = None  # kopf's registry and insights, for APIs installed after start-up
+        self.batches: BatchController | None = None  # QwenBatch (reconcile/batch_controller.py)
 
 
 def optional_groups(caps: Capabilities) -> set[str]:
@@ -103,6 +105,12 @@ def _start_work(rt: Runtime) -> None:
     for i in range(rt.config.workers):
         rt.tasks.append(asyncio.create_task(_worker(rt, i), name=f"qwen-fleet-worker-{i}"))
     rt.tasks.append(asyncio.create_task(_resync(rt), name="qwen-fleet-resync"))
+    if rt.batches is not None:
+        rt.tasks.append(asyncio.create_task(batch_worker(rt.batches), name="qwen-fleet-batch-worker"))
+        rt.tasks.append(asyncio.create_task(batch_resync(rt.batches, rt.config.resync_seconds),
+                                            name="qwen-fleet-batch-resync"))
+        for key in list(rt.batches.batches):
+            rt.batches.queue.add(key)
     for key in list(rt.store.resources):  # a new leader looks at everything once (unchanged: no writes)
         rt.queue.add(key)
 
@@ -134,6 +142,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
     """Put every handler of the operator into ``registry``, working on ``rt``."""
     _register_lifecycle(registry, rt)
     _register_watches(registry, rt)
+    register_batch(registry, lambda: rt.batches)
 
 
 def _register_lifecycle(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
@@ -156,6 +165,7 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         rt.events = EventSender(rt.kube.post_event)
         rt.events.start()
         rt.controller = Controller(rt.kube, cfg, rt.store, emit=lambda *a: _emit(rt, *a))
+        rt.batches = BatchController(rt.kube, cfg, rt.store.resources.get, emit=lambda *a: _emit(rt, *a))
         await rt.controller.refresh_capabilities()
         metrics.start(cfg.metrics_port, rt)
         if cfg.leader_election:

@@ -57,3 +57,27 @@ def child_permissions(include_optional: bool = False) -> tuple[tuple[str, str, s
         verbs = CHILD_VERBS + (("delete",) if child.prunable or child.workload else ())
         out += [(verb, child.group, child.plural, "") for verb in verbs]
     return tuple(out)
+
+
+# What a QwenBatch owns (render/batch.py): its Job (watched, by the qwenfleet.io/batch label) and the runner's
+# ServiceAccount, Role and RoleBinding, applied with the Job and never watched (their content follows from the
+# batch's name alone, and the spec is immutable). The output ConfigMap is applied, not owned.
+BATCH_WATCHED = ChildKind("Job", "batch", "v1", "jobs", prunable=False)
+BATCH_CHILD_KINDS: tuple[ChildKind, ...] = (
+    BATCH_WATCHED,
+    ChildKind("ServiceAccount", "", "v1", "serviceaccounts", prunable=False),
+    ChildKind("Role", "rbac.authorization.k8s.io", "v1", "roles", prunable=False),
+    ChildKind("RoleBinding", "rbac.authorization.k8s.io", "v1", "rolebindings", prunable=False),
+    ChildKind("ConfigMap", "", "v1", "configmaps", prunable=False),
+)
+
+
+def batch_permissions() -> tuple[tuple[str, str, str, str], ...]:
+    """(verb, group, resource, subresource) the QwenBatch controller needs. ``get`` on ConfigMaps: the runner's
+    Role grants it, and RBAC lets a Role grant only what its creator holds."""
+    from qwen_fleet.api.batch import BATCH_PLURAL
+
+    applied = [(verb, child.group, child.plural, "") for child in BATCH_CHILD_KINDS[1:]
+               for verb in ("create", "patch")]
+    return (("watch", "qwenfleet.io", BATCH_PLURAL, ""), ("patch", "qwenfleet.io", BATCH_PLURAL, "status"),
+            *applied, ("get", "", "configmaps", ""), ("list", "", "pods", ""))

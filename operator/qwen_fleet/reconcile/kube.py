@@ -22,15 +22,18 @@ from kubernetes.client.exceptions import ApiException
 
 from qwen_fleet import __version__
 from qwen_fleet.api import API_VERSION, KIND, PLURAL
+from qwen_fleet.api.batch import BATCH_KIND, BATCH_PLURAL
 from qwen_fleet.config import FIELD_MANAGER
-from qwen_fleet.reconcile.kinds import CHILD_KINDS
+from qwen_fleet.reconcile.kinds import BATCH_CHILD_KINDS, CHILD_KINDS
 
 # apiVersion/kind -> plural, for every kind the operator reads or writes: the children (kinds.py), its Events
-# and the resource itself.
+# and the resources themselves.
 PLURALS: dict[tuple[str, str], str] = {
-    **{(child.api_version, child.kind): child.plural for child in CHILD_KINDS},
+    **{(child.api_version, child.kind): child.plural for child in CHILD_KINDS + BATCH_CHILD_KINDS},
     ("v1", "Event"): "events",
+    ("v1", "Pod"): "pods",
     (API_VERSION, KIND): PLURAL,
+    (API_VERSION, BATCH_KIND): BATCH_PLURAL,
 }
 
 

@@ -45,7 +45,7 @@ class Prefetch:
         return out
 
 
-def _condition(job: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+def job_condition(job: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
     for cond in (job.get("status") or {}).get("conditions") or []:
         if cond.get("type") == type_ and cond.get("status") == "True":
             return cond  # type: ignore[no-any-return]
@@ -56,9 +56,9 @@ def job_state(name: str, job: Mapping[str, Any] | None) -> Prefetch:
     """The Job as observed (None: not created yet)."""
     if job is None:
         return Prefetch(name, "Pending", "Creating", f"creating Job {name}")
-    if _condition(job, "Complete") is not None:
+    if job_condition(job, "Complete") is not None:
         return Prefetch(name, "Succeeded", "Complete", f"Job {name} downloaded the model")
-    failed = _condition(job, "Failed")
+    failed = job_condition(job, "Failed")
     if failed is not None:
         return Prefetch(name, "Failed", str(failed.get("reason") or "Failed"), str(failed.get("message") or ""))
     st = job.get("status") or {}

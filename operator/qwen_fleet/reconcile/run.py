@@ -10,7 +10,7 @@ import kopf
 
 from qwen_fleet.api import GROUP, PLURAL, VERSION
 from qwen_fleet.config import OperatorConfig
-from qwen_fleet.reconcile.kinds import child_permissions
+from qwen_fleet.reconcile.kinds import batch_permissions, child_permissions
 
 # (verb, group, resource, subresource): what the operator cannot work without.
 REQUIRED = (
@@ -19,6 +19,7 @@ REQUIRED = (
     *child_permissions(),
     ("watch", "", "pods", ""),
     ("create", "", "events", ""),
+    *batch_permissions(),
 )
 # With leader election, in the Lease's namespace: read it, create it the first time, renew it (asked with the
 # Lease's name: the chart grants get and update on that name only).

@@ -1,0 +1,188 @@
+"""``qwen-fleet batch-run``: what a QwenBatch's Job runs (render/batch.py writes its arguments).
+
+Three ways, one per place in the Job:
+- default (through a fleet): send every line not yet in the output to ``--endpoint``;
+- ``--stage FILE`` (dedicated, an init container): check every line, write the malformed ones to errors.jsonl
+  and the ones still to do to FILE, for ``vllm run-batch`` (which stops at the first malformed line);
+- ``--follow`` (dedicated, a sidecar): report the output's counts until the pod ends.
+Exit status: 0 when every line has its verdict; 2 when the input cannot be read or the arguments are wrong;
+3 when the output cannot be written. Nothing here imports the operator's controller.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from qwen_fleet.batchrun.kube import KubeApi, KubeCallFailed, report_status
+from qwen_fleet.batchrun.lines import dumps, invalid, parse_lines, read_done
+from qwen_fleet.batchrun.runner import Report, Settings, run_batch
+from qwen_fleet.batchrun.sinks import ConfigMapSink, DirectorySink, Sink, SinkFull
+
+log = logging.getLogger("qwen_fleet.batchrun")
+STAGE_SUMMARY = "stage.json"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--input", help="OpenAI batch JSONL file")
+    src.add_argument("--input-url", help="http(s) URL of the JSONL")
+    dst = p.add_mutually_exclusive_group(required=True)
+    dst.add_argument("--output-dir", help="directory for output.jsonl and errors.jsonl")
+    dst.add_argument("--output-configmap", help="ConfigMap (in the batch's namespace) for the two keys")
+    p.add_argument("--endpoint", help="the fleet's OpenAI server, e.g. http://my-fleet.default.svc:8000")
+    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--priority", type=int, default=10, help="vLLM request priority added to every body")
+    p.add_argument("--max-retries", type=int, default=3)
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
+    p.add_argument("--retry-base-seconds", type=float, default=1.0)
+    p.add_argument("--report-seconds", type=float, default=5.0)
+    p.add_argument("--batch", help="NAMESPACE/NAME of the QwenBatch whose status gets the progress")
+    p.add_argument("--kube-api", help="API server URL (default: the pod's in-cluster API)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--stage", help="dedicated mode: write the lines still to do to this file and stop")
+    mode.add_argument("--follow", metavar="STAGED", help="dedicated mode: report the output's counts until "
+                      "SIGTERM (the total from the summary --stage wrote beside STAGED)")
+
+
+class Usage(Exception):
+    """Arguments or input that no retry can fix: exit 2."""
+
+
+def _read_input(args: argparse.Namespace) -> list[str]:
+    try:
+        if args.input_url:
+            with urllib.request.urlopen(args.input_url, timeout=300) as resp:
+                return str(resp.read().decode("utf-8")).splitlines()
+        return Path(args.input).read_text(encoding="utf-8").splitlines()
+    except (OSError, ValueError) as err:  # ValueError: a bad URL, or bytes that are not UTF-8
+        raise Usage(f"cannot read the input {args.input_url or args.input}: {err}") from None
+
+
+def _kube(args: argparse.Namespace) -> KubeApi:
+    try:
+        return KubeApi(args.kube_api) if args.kube_api else KubeApi.in_cluster()
+    except (KubeCallFailed, OSError) as err:
+        raise Usage(f"no Kubernetes API to report to: {err}") from None
+
+
+def _batch(args: argparse.Namespace) -> tuple[str, str]:
+    namespace, _, name = str(args.batch or "").partition("/")
+    if not namespace or not name:
+        raise Usage(f"--batch must be NAMESPACE/NAME, not {args.batch!r}")
+    return namespace, name
+
+
+def _reporter(args: argparse.Namespace) -> Report | None:
+    if not args.batch:
+        return None
+    namespace, name = _batch(args)
+    api = _kube(args)
+    return lambda status: report_status(api, namespace, name, status)
+
+
+def _sink(args: argparse.Namespace) -> Sink:
+    if args.output_dir:
+        return DirectorySink(Path(args.output_dir))
+    namespace, _ = _batch(args)
+    return ConfigMapSink(_kube(args), namespace, args.output_configmap)
+
+
+def _stage(args: argparse.Namespace, report: Report | None) -> None:
+    sink = _sink(args)
+    done = read_done(*sink.existing())
+    lines = list(parse_lines(_read_input(args)))
+    staged = Path(args.stage)
+    with staged.open("w", encoding="utf-8") as out:
+        for line in lines:
+            if done.has(line):
+                continue
+            if not line.valid:
+                record = invalid(line)
+                sink.write(dumps(record), False)
+                done.add(record)
+            else:
+                out.write(dumps({"custom_id": line.custom_id, "method": "POST", "url": line.url, "body": line.body}))
+    sink.close()
+    summary = {"total": len(lines), "completed": done.completed, "failed": done.failed}
+    (staged.parent / STAGE_SUMMARY).write_text(json.dumps(summary))
+    log.info("staged %s: %s", staged, summary)
+    if report is not None:
+        report(summary)
+
+
+def _follow(args: argparse.Namespace, report: Report | None, stop: threading.Event) -> None:
+    """Report the output directory's counts every --report-seconds, and once more when told to stop."""
+    directory = Path(args.output_dir)
+    started, first_tokens = time.monotonic(), None
+    while True:
+        stopping = stop.wait(args.report_seconds)
+        texts = [(directory / k).read_text(encoding="utf-8") if (directory / k).exists() else ""
+                 for k in ("output.jsonl", "errors.jsonl")]
+        done = read_done(*texts)
+        first_tokens = done.completion_tokens if first_tokens is None else first_tokens
+        status: dict[str, Any] = {"completed": done.completed, "failed": done.failed,
+                                  "promptTokens": done.prompt_tokens, "completionTokens": done.completion_tokens,
+                                  "tokensPerSecond": round((done.completion_tokens - first_tokens)
+                                                           / max(time.monotonic() - started, 1e-6), 2)}
+        summary = Path(args.follow).parent / STAGE_SUMMARY
+        if summary.exists():
+            status["total"] = int(json.loads(summary.read_text()).get("total") or 0)
+        if report is not None:
+            try:
+                report(status)
+            except KubeCallFailed as err:
+                log.warning("could not report progress: %s", err)
+        if stopping:
+            return
+
+
+def batch_run_command(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    try:
+        report = _reporter(args)
+        if args.stage:
+            _stage(args, report)
+            return 0
+        if args.follow:
+            if not args.output_dir:
+                raise Usage("--follow needs --output-dir")
+            stop = stop or _stop_on_sigterm()
+            _follow(args, report, stop)
+            return 0
+        if not args.endpoint:
+            raise Usage("--endpoint is required (or --stage / --follow)")
+        settings = Settings(endpoint=args.endpoint.rstrip("/"), concurrency=max(1, args.concurrency),
+                            priority=args.priority, max_retries=max(0, args.max_retries), timeout=args.timeout,
+                            retry_base_seconds=args.retry_base_seconds, report_seconds=args.report_seconds)
+        sink = _sink(args)
+        try:
+            progress = run_batch(settings, _read_input(args), sink, read_done(*sink.existing()), report)
+        finally:
+            sink.close()
+        log.info("done: %d completed, %d failed of %d", progress.completed, progress.failed, progress.total)
+        return 0
+    except Usage as err:
+        print(f"qwen-fleet batch-run: {err}", file=sys.stderr)
+        return 2
+    except (SinkFull, KubeCallFailed, OSError) as err:
+        print(f"qwen-fleet batch-run: cannot write the output: {err}", file=sys.stderr)
+        return 3
+
+
+def _stop_on_sigterm() -> threading.Event:
+    stop = threading.Event()
+
+    def handler(*_: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    return stop

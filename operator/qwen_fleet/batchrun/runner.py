@@ -1,0 +1,192 @@
+"""Send a batch to a fleet: bounded concurrency, per-line retries, one verdict per line, progress reports.
+
+Threads, not asyncio: the work is a few blocking HTTP calls at a time (``concurrency`` is at most 256), and
+urllib is in the standard library; the operator image needs nothing more to run it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from qwen_fleet.batchrun.lines import Done, Line, answered, dumps, invalid, parse_lines, succeeded, unanswered
+from qwen_fleet.batchrun.sinks import Sink
+
+log = logging.getLogger("qwen_fleet.batchrun")
+Report = Callable[[dict[str, Any]], None]
+RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class Settings:
+    endpoint: str  # http://<fleet>.<namespace>.svc:8000, no trailing slash
+    concurrency: int = 4
+    priority: int | None = 10
+    max_retries: int = 3
+    timeout: float = 600.0
+    retry_base_seconds: float = 1.0
+    report_seconds: float = 5.0
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Progress:
+    """Counts of the whole batch (earlier runs included); the rate is this run's own."""
+
+    def __init__(self, total: int, done: Done) -> None:
+        self.total = total
+        self.completed, self.failed = done.completed, done.failed
+        self.prompt_tokens, self.completion_tokens = done.prompt_tokens, done.completion_tokens
+        self.started = time.monotonic()
+        self.lines_this_run = 0
+        self.tokens_this_run = 0
+        self.lock = threading.Lock()
+
+    def add(self, record: dict[str, Any]) -> None:
+        with self.lock:
+            self.lines_this_run += 1
+            if succeeded(record):
+                self.completed += 1
+                usage = (record["response"].get("body") or {}).get("usage") or {}
+                if isinstance(usage, dict):
+                    self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+                    self.completion_tokens += int(usage.get("completion_tokens") or 0)
+                    self.tokens_this_run += int(usage.get("completion_tokens") or 0)
+            else:
+                self.failed += 1
+
+    def status(self) -> dict[str, Any]:
+        with self.lock:
+            elapsed = max(time.monotonic() - self.started, 1e-6)
+            out: dict[str, Any] = {"total": self.total, "completed": self.completed, "failed": self.failed,
+                                   "promptTokens": self.prompt_tokens, "completionTokens": self.completion_tokens,
+                                   "tokensPerSecond": round(self.tokens_this_run / elapsed, 2),
+                                   "progressTime": now_rfc3339()}
+            left = self.total - self.completed - self.failed
+            if self.lines_this_run:
+                out["etaSeconds"] = int(left * elapsed / self.lines_this_run)
+            elif left == 0:
+                out["etaSeconds"] = 0
+            return out
+
+
+def _post(settings: Settings, line: Line) -> tuple[int, str, Any]:
+    """(status, request id, parsed body) of one request; raises OSError on a connection failure."""
+    body = dict(line.body or {})
+    if settings.priority is not None:
+        body["priority"] = settings.priority
+    req = urllib.request.Request(settings.endpoint + line.url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json", "X-Request-Id": str(line.custom_id)})
+    try:
+        with urllib.request.urlopen(req, timeout=settings.timeout) as resp:
+            status, headers, raw = resp.status, resp.headers, resp.read()
+    except urllib.error.HTTPError as err:
+        status, headers, raw = err.code, err.headers, err.read()
+    try:
+        parsed: Any = json.loads(raw) if raw else None
+    except ValueError:
+        parsed = raw.decode(errors="replace")[:2000]
+    request_id = headers.get("X-Request-Id") or (parsed.get("id") if isinstance(parsed, dict) else None) or ""
+    return status, str(request_id), parsed
+
+
+def _error_message(body: Any) -> str:
+    """vLLM answers {"error": {"message": ...}} (or the older {"object": "error", "message": ...})."""
+    if isinstance(body, dict):
+        error = body.get("error")
+        return str(error.get("message") if isinstance(error, dict) else body.get("message") or error or "")
+    return str(body or "")
+
+
+def send_one(settings: Settings, line: Line, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    """The line's verdict after up to ``max_retries`` retries of connection errors, timeouts, 408/429/5xx."""
+    attempt = 0
+    while True:
+        try:
+            status, request_id, body = _post(settings, line)
+        except (OSError, ValueError) as err:  # refused, reset, timed out, DNS
+            problem: tuple[str, str] | None = ("connection_error", f"{type(err).__name__}: {err}")
+        else:
+            if 200 <= status < 300:
+                return answered(line, status, request_id, body, None)
+            message = _error_message(body)
+            error = {"code": str(status), "message": str(message or "")[:2000]}
+            if status not in RETRIED_STATUSES or attempt >= settings.max_retries:
+                return answered(line, status, request_id, body, error)
+            problem = None
+        if attempt >= settings.max_retries and problem is not None:
+            return unanswered(line, problem[0], f"after {attempt + 1} attempts: {problem[1]}")
+        attempt += 1
+        sleep(min(settings.retry_base_seconds * 2 ** (attempt - 1), 30.0) * random.uniform(0.5, 1.0))
+
+
+class _Reporter:
+    """Reports progress every ``seconds`` from its own thread, and once more at the end."""
+
+    def __init__(self, report: Report | None, progress: Progress, seconds: float) -> None:
+        self.report, self.progress, self.seconds = report, progress, seconds
+        self.stop_flag = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="batch-report", daemon=True)
+
+    def send(self) -> None:
+        if self.report is None:
+            return
+        try:
+            self.report(self.progress.status())
+        except Exception as err:  # progress is for people; the output is the record
+            log.warning("could not report progress: %s", err)
+
+    def _run(self) -> None:
+        while not self.stop_flag.wait(self.seconds):
+            self.send()
+
+    def __enter__(self) -> _Reporter:
+        self.send()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop_flag.set()
+        self.thread.join()
+        self.send()
+
+
+def run_batch(settings: Settings, input_lines: Iterable[str], sink: Sink, done: Done,
+              report: Report | None = None) -> Progress:
+    """Every line of the input gets exactly one record in the sink, over all runs together."""
+    lines = list(parse_lines(input_lines))
+    progress = Progress(len(lines), done)
+    pending = [line for line in lines if not done.has(line)]
+    log.info("%d lines, %d already done, %d to go", len(lines), len(lines) - len(pending), len(pending))
+
+    def finish(record: dict[str, Any]) -> None:
+        sink.write(dumps(record), succeeded(record))
+        progress.add(record)
+
+    with _Reporter(report, progress, settings.report_seconds):
+        for line in pending:
+            if not line.valid:
+                finish(invalid(line))
+        with ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="batch-send") as pool:
+            in_flight: set[Future[dict[str, Any]]] = set()
+            for line in (line for line in pending if line.valid):
+                if len(in_flight) >= settings.concurrency:
+                    finished, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        finish(future.result())
+                in_flight.add(pool.submit(send_one, settings, line))
+            for future in in_flight:
+                finish(future.result())
+    return progress

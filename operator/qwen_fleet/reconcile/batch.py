@@ -1,0 +1,142 @@
+"""What a QwenBatch needs and what its status says, from the batch, its fleet and its Job as observed. Pure.
+
+Status is shared by two writers, each with its own fields: the runner in the Job applies the counts (total,
+completed, failed, tokens, tokensPerSecond, etaSeconds, progressTime; batchrun/kube.py) with server-side apply
+under its own field manager; the operator merge-patches the fields in ``OPERATOR_FIELDS`` and never the
+others, so neither overwrites the other.
+
+Conditions: kstatus's Ready / Reconciling / Stalled, plus ``Complete`` and ``Failed`` as a Job has them
+(``kubectl wait --for=condition=Complete qwb/x``). The Job's own terminal conditions decide (batch/v1:
+``Complete`` or ``Failed`` with status True), as for the prefetch Job (reconcile/prefetch.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from qwen_fleet.reconcile.prefetch import job_condition
+from qwen_fleet.reconcile.status import condition
+
+OPERATOR_FIELDS = ("observedGeneration", "conditions", "job", "state", "startTime", "completionTime")
+CONDITION_TYPES = ("Ready", "Reconciling", "Stalled", "Complete", "Failed")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Where the batch stands: state (the STATUS column), reason and message for the conditions."""
+
+    state: str  # Pending | Running | Complete | Failed | Stalled
+    reason: str
+    message: str
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("Complete", "Failed")
+
+
+def fleet_problem(fleet: Mapping[str, Any] | None, fleet_name: str) -> Verdict | None:
+    if fleet is None:
+        return Verdict("Stalled", "FleetNotFound", f"QwenInference {fleet_name} does not exist in this namespace; "
+                       "the Job is created once it does")
+    return None
+
+
+def fleet_port(fleet: Mapping[str, Any]) -> int:
+    return int(((fleet.get("spec") or {}).get("service") or {}).get("port") or 8000)
+
+
+def priority_note(fleet: Mapping[str, Any] | None) -> str:
+    """vLLM ignores a request's priority unless it schedules by priority: say so where it matters."""
+    policy = (((fleet or {}).get("spec") or {}).get("engine") or {}).get("schedulingPolicy")
+    if fleet is None or policy == "priority":
+        return ""
+    return (" Note: the fleet schedules first come, first served, so batch requests do not yield to interactive "
+            "ones; set engine.schedulingPolicy: priority on the QwenInference.")
+
+
+def job_verdict(job: Mapping[str, Any] | None, job_name: str, counts: Mapping[str, Any],
+                pod_message: str = "") -> Verdict:
+    """The Job as observed (None: not created yet); ``counts`` is the status the runner reported."""
+    done = _counts(counts)
+    if job is None:
+        return Verdict("Pending", "Creating", f"creating Job {job_name}")
+    if job_condition(job, "Complete") is not None:
+        return Verdict("Complete", "Complete", f"Job {job_name} finished: {done}")
+    failed = job_condition(job, "Failed")
+    if failed is not None:
+        why = str(failed.get("message") or failed.get("reason") or "")
+        last = f"; its last pod said: {pod_message.strip()[-1500:]}" if pod_message.strip() else ""
+        return Verdict("Failed", str(failed.get("reason") or "JobFailed"), f"Job {job_name} failed ({why}){last}; "
+                       f"{done}. Lines already written are kept: fix the cause, delete and recreate the "
+                       "QwenBatch to resume")
+    spec, st = job.get("spec") or {}, job.get("status") or {}
+    if spec.get("suspend"):
+        return Verdict("Pending", "Queued", f"Job {job_name} is suspended, waiting for Kueue to admit it")
+    failures = int(st.get("failed") or 0)
+    retry = f" (attempt {failures + 1}, resuming)" if failures else ""
+    if int(st.get("active") or 0):
+        return Verdict("Running", "Running", f"Job {job_name} is running{retry}: {done}")
+    return Verdict("Pending", "Pending", f"Job {job_name} is waiting for its pod{retry}")
+
+
+def _counts(status: Mapping[str, Any]) -> str:
+    if status.get("total") is None:
+        return "no progress reported yet"
+    return f"{status.get('completed') or 0} completed, {status.get('failed') or 0} failed of {status['total']}"
+
+
+def batch_status(old: Mapping[str, Any] | None, verdict: Verdict, generation: int, job_name: str | None,
+                 job: Mapping[str, Any] | None, now: str) -> dict[str, Any]:
+    """The operator's fields of status.
+    Ready: finished successfully. Reconciling: on its way. Stalled: it will not finish without a change."""
+    old = old or {}
+    previous = list(old.get("conditions") or [])
+    state = verdict.state
+    values = {
+        "Ready": ("True" if state == "Complete" else "False"),
+        "Reconciling": ("True" if state in ("Pending", "Running") else "False"),
+        "Stalled": ("True" if state in ("Stalled", "Failed") else "False"),
+        "Complete": ("True" if state == "Complete" else "False"),
+        "Failed": ("True" if state == "Failed" else "False"),
+    }
+    out: dict[str, Any] = {
+        "observedGeneration": generation,
+        "conditions": [condition(previous, t, values[t], verdict.reason, verdict.message, generation, now)
+                       for t in CONDITION_TYPES],
+        "state": state,
+    }
+    if job_name:
+        out["job"] = job_name
+    st = (job or {}).get("status") or {}
+    for key in ("startTime", "completionTime"):
+        value = st.get(key) or old.get(key)
+        if value:
+            out[key] = value
+    return out
+
+
+def operator_patch(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A merge patch of the operator's fields only, or None when they already read so (no write)."""
+    old = old or {}
+    patch = {k: new.get(k) for k in OPERATOR_FIELDS if old.get(k) != new.get(k)}
+    return patch or None
+
+
+def transition_event(old: Mapping[str, Any] | None, verdict: Verdict) -> tuple[str, str] | None:
+    """(type, reason) of the Event a new verdict deserves; None when the state did not change."""
+    if (old or {}).get("state") == verdict.state and _reason(old) == verdict.reason:
+        return None
+    if verdict.state == "Complete":
+        return "Normal", "Complete"
+    if verdict.state in ("Failed", "Stalled"):
+        return "Warning", verdict.reason
+    return None
+
+
+def _reason(status: Mapping[str, Any] | None) -> str:
+    for cond in (status or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return str(cond.get("reason") or "")
+    return ""

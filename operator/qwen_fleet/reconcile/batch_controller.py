@@ -1,0 +1,182 @@
+"""One level-based reconcile of one QwenBatch, and the kopf watches that call it. Decisions are in batch.py.
+
+- The children (output ConfigMap, runner RBAC, Job) are applied when the Job is not there: on creation, or
+  after someone deleted it before the batch finished (the new Job resumes). A finished batch is left alone.
+- Through a fleet, the Job waits for the QwenInference: until it exists the batch is Stalled (FleetNotFound,
+  with an Event) and looked at again every ``FLEET_RECHECK_SECONDS``.
+- Status: only the operator's fields, and only when they change; the runner reports the counts itself.
+A second reconcile of an unchanged batch writes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from qwen_fleet.api import API_VERSION
+from qwen_fleet.api.batch import BATCH_KIND, BATCH_PLURAL, QwenBatch
+from qwen_fleet.api.messages import validation_message
+from qwen_fleet.config import OperatorConfig
+from qwen_fleet.reconcile.batch import (
+    Verdict,
+    batch_status,
+    fleet_port,
+    fleet_problem,
+    job_verdict,
+    operator_patch,
+    priority_note,
+    transition_event,
+)
+from qwen_fleet.reconcile.kinds import BATCH_WATCHED
+from qwen_fleet.reconcile.kube import KubeClient, KubeError
+from qwen_fleet.reconcile.queue import Key, WorkQueue
+from qwen_fleet.render.batch import BATCH_LABEL, job_name, render_batch_children
+
+log = logging.getLogger("qwen_fleet.batch")
+FLEET_RECHECK_SECONDS = 30.0
+Emit = Callable[[dict[str, Any], str, str, str], None]
+Fleets = Callable[[Key], dict[str, Any] | None]
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class BatchController:
+    def __init__(self, kube: KubeClient, config: OperatorConfig, fleets: Fleets, emit: Emit) -> None:
+        self.kube, self.config, self.fleets, self.emit = kube, config, fleets, emit
+        self.batches: dict[Key, dict[str, Any]] = {}
+        self.jobs: dict[Key, dict[str, Any]] = {}  # by the batch's key
+        self.queue = WorkQueue()
+
+    async def reconcile(self, key: Key) -> None:
+        raw = self.batches.get(key)
+        if raw is None or (raw.get("metadata") or {}).get("deletionTimestamp"):
+            return
+        meta, old = raw["metadata"], raw.get("status") or {}
+        generation = int(meta.get("generation") or 0)
+        try:
+            batch = QwenBatch.model_validate({"metadata": meta, "spec": raw.get("spec") or {}})
+        except ValidationError as err:
+            await self._write(raw, Verdict("Stalled", "InvalidSpec", validation_message(err)), generation, None)
+            return
+        name, job = job_name(batch), self.jobs.get(key)
+        finished = any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+                       for c in old.get("conditions") or [])
+        if job is None and finished:
+            return  # its Job was deleted after the end: the status stays the record
+        fleet = None
+        if batch.spec.fleet_ref is not None:
+            fleet = self.fleets((key[0], batch.spec.fleet_ref.name))
+            problem = fleet_problem(fleet, batch.spec.fleet_ref.name)
+            if problem is not None and job is None:
+                await self._write(raw, problem, generation, None)
+                self.queue.add_after(key, FLEET_RECHECK_SECONDS)
+                return
+        if job is None:
+            port = fleet_port(fleet) if fleet is not None else 8000
+            for child in render_batch_children(batch, self.config.runner_image, self.config.default_image, port):
+                applied = await self.kube.apply(child)
+                if child["kind"] == "Job":
+                    job = self.jobs[key] = applied
+        pod_message = ""
+        verdict = job_verdict(job, name, old)
+        if verdict.state == "Failed" and old.get("state") != "Failed":
+            pod_message = await self._last_pod_message(key[0], name)
+            verdict = job_verdict(job, name, old, pod_message)
+        if verdict.state in ("Pending", "Running") and fleet is not None:
+            verdict = Verdict(verdict.state, verdict.reason, verdict.message + priority_note(fleet))
+        await self._write(raw, verdict, generation, job)
+
+    async def _write(self, raw: dict[str, Any], verdict: Verdict, generation: int,
+                     job: dict[str, Any] | None) -> None:
+        meta, old = raw["metadata"], raw.get("status") or {}
+        name = str((job or {}).get("metadata", {}).get("name") or "") or None
+        new = batch_status(old, verdict, generation, name, job, _now())
+        patch = operator_patch(old, new)
+        if patch is None:
+            return
+        event = transition_event(old, verdict)
+        written = await self.kube.patch_status(API_VERSION, BATCH_KIND, meta["namespace"], meta["name"], patch)
+        raw["status"] = written.get("status") or {**old, **patch}  # until the watch catches up
+        if event is not None:
+            self.emit(raw, event[0], event[1], verdict.message)
+
+    async def _last_pod_message(self, namespace: str, job: str) -> str:
+        """The newest failed pod's termination message (the runner's last error: an input it cannot read)."""
+        try:
+            pods = await self.kube.get(f"/api/v1/namespaces/{namespace}/pods?labelSelector="
+                                       f"batch.kubernetes.io/job-name%3D{job}")
+        except KubeError as err:
+            log.warning("cannot read the pods of Job %s/%s: %s", namespace, job, err)
+            return ""
+        messages = []
+        for pod in (pods or {}).get("items") or []:
+            for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+                term = (cs.get("state") or {}).get("terminated") or {}
+                if term.get("exitCode") and term.get("message"):
+                    messages.append((str(term.get("finishedAt") or ""), str(term["message"])))
+        return max(messages)[1] if messages else ""
+
+
+def register_batch(registry: kopf.OperatorRegistry, get: Callable[[], BatchController | None]) -> None:
+    """kopf watches that feed the batch queue: every QwenBatch event, every event of a batch's Job."""
+    def key_of(body: Any) -> Key:
+        return (str(body["metadata"].get("namespace") or ""), str(body["metadata"]["name"]))
+
+    @kopf.on.event("qwenfleet.io", "v1alpha1", BATCH_PLURAL, registry=registry)
+    async def batch_event(event: kopf.RawEvent, **_: Any) -> None:
+        body, controller = event.get("object") or {}, get()
+        if controller is None or not body.get("metadata"):
+            return
+        key = key_of(body)
+        if event.get("type") == "DELETED":
+            controller.batches.pop(key, None)
+            return
+        controller.batches[key] = dict(body)
+        controller.queue.add(key)
+
+    @kopf.on.event(BATCH_WATCHED.group, BATCH_WATCHED.version, BATCH_WATCHED.plural, id="watch_batch_jobs",
+                   labels={BATCH_LABEL: kopf.PRESENT}, registry=registry)
+    async def job_event(event: kopf.RawEvent, **_: Any) -> None:
+        body, controller = event.get("object") or {}, get()
+        if controller is None or not body.get("metadata"):
+            return
+        key = (str(body["metadata"].get("namespace") or ""), str(body["metadata"]["labels"][BATCH_LABEL]))
+        if event.get("type") == "DELETED":
+            controller.jobs.pop(key, None)
+            controller.queue.add(key)
+        else:
+            controller.jobs[key] = dict(body)
+            controller.queue.add_after(key, 0.5)
+
+
+async def batch_worker(controller: BatchController) -> None:
+    queue = controller.queue
+    while True:
+        key = await queue.get()
+        try:
+            await controller.reconcile(key)
+        except KubeError as err:
+            delay = queue.retry(key)
+            log.warning("QwenBatch %s/%s: %s; retrying in %.0fs", key[0], key[1], err, delay)
+        except Exception as err:  # a bug: log it with context, back off, keep going
+            delay = queue.retry(key)
+            log.exception("QwenBatch %s/%s: reconcile failed (%s); retrying in %.0fs", key[0], key[1], err, delay)
+        else:
+            queue.forget(key)
+        finally:
+            queue.done(key)
+
+
+async def batch_resync(controller: BatchController, seconds: float) -> None:
+    while True:
+        await asyncio.sleep(seconds)
+        for key in list(controller.batches):
+            controller.queue.add(key)

@@ -1,0 +1,211 @@
+"""A QwenBatch's children: the Job that does the work and, for the runner to report, its least RBAC. Pure.
+
+Through a fleet, the Job runs ``qwen-fleet batch-run`` (the operator's own image) against the fleet's Service.
+Dedicated, an init container of the same image stages the lines still to do, ``vllm run-batch`` answers them
+on the pod's GPUs and appends its output, and a native sidecar reports the counts (docs/batch.md).
+
+Names are fixed (``<batch>-batch``): a QwenBatch's spec is immutable (a CEL transition rule), so the Job never
+needs replacing; a new batch is a new object, and a recreated one with the same output resumes it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from qwen_fleet.api import API_VERSION
+from qwen_fleet.api.batch import BATCH_KIND, BATCH_PLURAL, QwenBatch
+from qwen_fleet.config import MANAGED_BY
+from qwen_fleet.render.common import MANAGED_BY_LABEL, number
+from qwen_fleet.render.deployment import GPU_TOLERATION
+
+BATCH_LABEL = "qwenfleet.io/batch"  # on the Job and its pods: how the operator finds a batch's Job
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+INPUT_MOUNT, OUTPUT_MOUNT, WORK_MOUNT = "/batch/input", "/batch/output", "/batch/work"
+STAGED = f"{WORK_MOUNT}/pending.jsonl"
+RESULT = f"{WORK_MOUNT}/result.jsonl"
+
+
+def job_name(batch: QwenBatch) -> str:
+    return f"{batch.name}-batch"
+
+
+def runner_name(batch: QwenBatch) -> str:
+    return f"{batch.name}-batch-runner"
+
+
+def batch_labels(batch: QwenBatch) -> dict[str, str]:
+    # Not the fleet's instance label: the fleet's Service and pod watch must never take a batch pod for a server.
+    return {"app.kubernetes.io/name": "qwen-batch", "app.kubernetes.io/instance": batch.name,
+            "app.kubernetes.io/component": "batch", "app.kubernetes.io/part-of": "qwen-fleet",
+            MANAGED_BY_LABEL: MANAGED_BY, BATCH_LABEL: batch.name}
+
+
+def _meta(batch: QwenBatch, name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": batch.namespace, "labels": labels or batch_labels(batch)}
+    uid = batch.metadata.get("uid")
+    if uid:
+        meta["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": BATCH_KIND, "name": batch.name, "uid": uid,
+                                    "controller": True, "blockOwnerDeletion": True}]
+    return meta
+
+
+def _volumes(batch: QwenBatch) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str], list[str]]:
+    """(volumes, mounts, input arguments, output arguments); one volume per claim, mounted once per use."""
+    spec = batch.spec
+    volumes: list[dict[str, Any]] = [{"name": "work", "emptyDir": {}}]
+    mounts: list[dict[str, Any]] = [{"name": "work", "mountPath": WORK_MOUNT}]
+    claims: dict[str, str] = {}
+
+    def claim(name: str) -> str:
+        if name not in claims:
+            claims[name] = f"claim-{len(claims)}"
+            volumes.append({"name": claims[name], "persistentVolumeClaim": {"claimName": name}})
+        return claims[name]
+
+    src, dst = spec.input, spec.output
+    if src.config_map is not None:
+        volumes.append({"name": "input", "configMap": {"name": src.config_map.name,
+                                                       "items": [{"key": src.config_map.key, "path": "input.jsonl"}]}})
+        mounts.append({"name": "input", "mountPath": INPUT_MOUNT, "readOnly": True})
+        input_args = ["--input", f"{INPUT_MOUNT}/input.jsonl"]
+    elif src.pvc is not None:
+        mounts.append({"name": claim(src.pvc.claim_name), "mountPath": INPUT_MOUNT, "readOnly": True})
+        input_args = ["--input", f"{INPUT_MOUNT}/{src.pvc.path}"]
+    else:
+        input_args = ["--input-url", str(src.url)]
+    if dst.pvc is not None:
+        mounts.append({"name": claim(dst.pvc.claim_name), "mountPath": OUTPUT_MOUNT})
+        output_args = ["--output-dir", f"{OUTPUT_MOUNT}/{dst.pvc.path}"]
+    else:
+        assert dst.config_map is not None
+        output_args = ["--output-configmap", dst.config_map.name]
+    return volumes, mounts, input_args, output_args
+
+
+def _runner(batch: QwenBatch, image: str, name: str, args: list[str], mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"name": name, "image": image, "imagePullPolicy": "IfNotPresent",
+            "command": ["qwen-fleet", "batch-run", *args, "--batch", f"{batch.namespace}/{batch.name}"],
+            "volumeMounts": mounts, "securityContext": {"allowPrivilegeEscalation": False},
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}},
+            "terminationMessagePolicy": "FallbackToLogsOnError"}
+
+
+def fleet_endpoint(batch: QwenBatch, port: int) -> str:
+    assert batch.spec.fleet_ref is not None
+    return f"http://{batch.spec.fleet_ref.name}.{batch.namespace}.svc:{port}"
+
+
+def _fleet_pod(batch: QwenBatch, image: str, port: int) -> dict[str, Any]:
+    spec = batch.spec
+    volumes, mounts, input_args, output_args = _volumes(batch)
+    args = [*input_args, *output_args, "--endpoint", fleet_endpoint(batch, port),
+            "--concurrency", str(spec.concurrency), "--priority", str(spec.priority),
+            "--max-retries", str(spec.max_retries), "--timeout", str(spec.request_timeout_seconds)]
+    return {"containers": [_runner(batch, image, "runner", args, mounts)], "volumes": volumes}
+
+
+def run_batch_args(batch: QwenBatch) -> list[str]:
+    """`vllm run-batch` arguments after -i/-o: the engine settings the spec names."""
+    d = batch.spec.dedicated
+    assert d is not None
+    args = ["--model", d.model]
+    if d.revision:
+        args += ["--revision", d.revision]
+    if d.gpus > 1:
+        args += ["--tensor-parallel-size", str(d.gpus)]
+    for flag, value in (("--max-model-len", d.max_model_len), ("--max-num-seqs", d.max_num_seqs),
+                        ("--gpu-memory-utilization", d.gpu_memory_utilization), ("--dtype", d.dtype)):
+        if value is not None:
+            args += [flag, number(value) if isinstance(value, float) else str(value)]
+    return args
+
+
+def _dedicated_pod(batch: QwenBatch, runner_image: str, engine_image: str) -> dict[str, Any]:
+    d = batch.spec.dedicated
+    assert d is not None and batch.spec.output.pvc is not None
+    volumes, mounts, input_args, output_args = _volumes(batch)
+    out_dir = f"{OUTPUT_MOUNT}/{batch.spec.output.pvc.path}"
+    # vllm run-batch writes its output file once, after the last answer: appended to output.jsonl only when the
+    # run succeeded, so a killed run leaves no partial file behind and the next one stages the same lines.
+    script = (f'set -e\nif [ -s {STAGED} ]; then\n  vllm run-batch -i {STAGED} -o {RESULT} "$@"\n'
+              f'  cat {RESULT} >> {shlex.quote(out_dir)}/output.jsonl\nfi\n')
+    limits: dict[str, Any] = {}
+    requests: dict[str, Any] = {}
+    for key, value in (("cpu", d.resources.cpu), ("memory", d.resources.memory)):
+        if value is not None:
+            limits[key] = requests[key] = value
+    if d.gpus:
+        limits[d.gpu_resource_name] = d.gpus
+    engine: dict[str, Any] = {
+        "name": "vllm", "image": d.image or engine_image, "imagePullPolicy": "IfNotPresent",
+        "command": ["sh", "-c", script, "run-batch", *run_batch_args(batch)],
+        "env": [{"name": "HF_HOME", "value": f"{WORK_MOUNT}/hf"}, {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"}],
+        "volumeMounts": mounts, "resources": {"limits": limits, "requests": requests},
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    stage = _runner(batch, runner_image, "stage", [*input_args, *output_args, "--stage", STAGED], mounts)
+    follow = _runner(batch, runner_image, "progress", [*input_args, "--output-dir", out_dir, "--follow", STAGED],
+                     mounts)
+    follow["restartPolicy"] = "Always"  # a native sidecar: stopped (SIGTERM, a last report) once vllm ends
+    pod: dict[str, Any] = {"initContainers": [stage, follow], "containers": [engine], "volumes": volumes}
+    if d.node_selector:
+        pod["nodeSelector"] = dict(d.node_selector)
+    if d.gpus:
+        pod["tolerations"] = [dict(GPU_TOLERATION)]
+    return pod
+
+
+def render_job(batch: QwenBatch, runner_image: str, engine_image: str, fleet_port: int = 8000) -> dict[str, Any]:
+    spec = batch.spec
+    labels = batch_labels(batch)
+    pod = _fleet_pod(batch, runner_image, fleet_port) if spec.fleet_ref is not None \
+        else _dedicated_pod(batch, runner_image, engine_image)
+    pod.update({"restartPolicy": "Never", "serviceAccountName": runner_name(batch), "enableServiceLinks": False})
+    job_spec: dict[str, Any] = {"backoffLimit": spec.backoff_limit,
+                                "template": {"metadata": {"labels": dict(labels)}, "spec": pod}}
+    if spec.active_deadline_seconds is not None:
+        job_spec["activeDeadlineSeconds"] = spec.active_deadline_seconds
+    job_labels = dict(labels)
+    if spec.dedicated is not None and spec.dedicated.queue_name:
+        # Kueue admits a suspended Job that names its LocalQueue, and unsuspends it when the quota is free.
+        job_labels[KUEUE_QUEUE_LABEL] = spec.dedicated.queue_name
+        job_spec["suspend"] = True
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": _meta(batch, job_name(batch), job_labels),
+            "spec": job_spec}
+
+
+def render_runner_rbac(batch: QwenBatch) -> list[dict[str, Any]]:
+    """ServiceAccount, Role, RoleBinding: the runner may apply its batch's status and, for a ConfigMap output,
+    read and apply that ConfigMap; nothing else, and those objects only by name."""
+    name = runner_name(batch)
+    rules: list[dict[str, Any]] = [{"apiGroups": ["qwenfleet.io"], "resources": [f"{BATCH_PLURAL}/status"],
+                                    "resourceNames": [batch.name], "verbs": ["patch"]}]
+    if batch.spec.output.config_map is not None:
+        rules.append({"apiGroups": [""], "resources": ["configmaps"],
+                      "resourceNames": [batch.spec.output.config_map.name], "verbs": ["get", "patch"]})
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(batch, name)},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(batch, name),
+         "rules": rules},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": _meta(batch, name),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": batch.namespace}]},
+    ]
+
+
+def render_output_configmap(batch: QwenBatch) -> dict[str, Any] | None:
+    """The output ConfigMap, so the runner's Role can name it (create cannot be limited to a name). No owner:
+    the results outlive the QwenBatch. Applied without data: the runner owns the two keys."""
+    sink = batch.spec.output.config_map
+    if sink is None:
+        return None
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": sink.name, "namespace": batch.namespace, "labels": {BATCH_LABEL: batch.name}}}
+
+
+def render_batch_children(batch: QwenBatch, runner_image: str, engine_image: str,
+                          fleet_port: int = 8000) -> list[dict[str, Any]]:
+    """Everything, in the order it is applied: the output first, the Job last (its pod needs the rest)."""
+    out = [c for c in (render_output_configmap(batch),) if c is not None]
+    return [*out, *render_runner_rbac(batch), render_job(batch, runner_image, engine_image, fleet_port)]
