@@ -1,0 +1,107 @@
+"""What a QwenBatch becomes: the Job (through a fleet, or vllm run-batch on its own GPUs) and the runner's
+least RBAC."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qwen_fleet.api.batch import QwenBatch
+from qwen_fleet.cli import build_parser
+from qwen_fleet.render.batch import KUEUE_QUEUE_LABEL, render_batch_children, render_job, render_runner_rbac
+from tests.invalid_batch_specs import BATCH_BASE
+from tests.invalid_specs import merged
+
+RUNNER, ENGINE = "ghcr.io/qwen-fleet/operator:9.9.9", "vllm/vllm-openai:v0.32.0"
+
+
+def _batch(patch: dict[str, Any] | None = None, uid: str | None = "u-1") -> QwenBatch:
+    meta: dict[str, Any] = {"name": "sums", "namespace": "team"}
+    if uid:
+        meta["uid"] = uid
+    return QwenBatch.model_validate({"metadata": meta, "spec": merged(patch or {}, BATCH_BASE)})
+
+
+def _args(command: list[str]) -> Any:
+    """The command as `qwen-fleet` itself parses it: the operator writes what the runner reads."""
+    assert command[:2] == ["qwen-fleet", "batch-run"]
+    return build_parser().parse_args(command[1:])
+
+
+def test_fleet_job_runs_the_runner_against_the_fleet_service_with_the_specs_settings() -> None:
+    job = render_job(_batch({"concurrency": 8, "priority": 20}), RUNNER, ENGINE, fleet_port=8080)
+    pod = job["spec"]["template"]["spec"]
+    (runner,) = pod["containers"]
+    assert runner["image"] == RUNNER
+    args = _args(runner["command"])  # the runner's own parser reads what the operator wrote
+    assert args.endpoint == "http://qwen.team.svc:8080"
+    assert (args.concurrency, args.priority, args.batch) == (8, 20, "team/sums")
+    assert args.input == "/batch/input/input.jsonl" and args.output_dir == "/batch/output/run-1"
+    assert pod["restartPolicy"] == "Never" and pod["serviceAccountName"] == "sums-batch-runner"
+    assert job["spec"]["backoffLimit"] == 3 and "suspend" not in job["spec"]
+    assert job["metadata"]["ownerReferences"][0]["kind"] == "QwenBatch"
+    # The fleet's Service selects qwenfleet.io/inference: a batch pod must never carry it.
+    assert "qwenfleet.io/inference" not in job["spec"]["template"]["metadata"]["labels"]
+
+
+def test_input_and_output_on_the_same_claim_share_one_volume() -> None:
+    batch = _batch({"input": {"configMap": None, "pvc": {"claimName": "results", "path": "in/x.jsonl"}}})
+    pod = render_job(batch, RUNNER, ENGINE)["spec"]["template"]["spec"]
+    claims = [v for v in pod["volumes"] if "persistentVolumeClaim" in v]
+    assert len(claims) == 1
+    mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["/batch/input"]["readOnly"] and not mounts["/batch/output"].get("readOnly")
+    assert mounts["/batch/input"]["name"] == mounts["/batch/output"]["name"] == claims[0]["name"]
+
+
+def test_url_input_and_configmap_output() -> None:
+    batch = _batch({"input": {"configMap": None, "url": "https://h/x.jsonl"},
+                    "output": {"pvc": None, "configMap": {"name": "out"}}})
+    children = render_batch_children(batch, RUNNER, ENGINE)
+    assert [c["kind"] for c in children] == ["ConfigMap", "ServiceAccount", "Role", "RoleBinding", "Job"]
+    output = children[0]
+    assert "ownerReferences" not in output["metadata"]  # results outlive the batch
+    assert "data" not in output  # the runner owns the keys
+    args = _args(children[-1]["spec"]["template"]["spec"]["containers"][0]["command"])
+    assert args.input_url == "https://h/x.jsonl" and args.output_configmap == "out"
+
+
+def test_runner_rbac_is_its_batch_status_and_its_output_only() -> None:
+    sa, role, binding = render_runner_rbac(_batch({"output": {"pvc": None, "configMap": {"name": "out"}}}))
+    assert role["rules"] == [
+        {"apiGroups": ["qwenfleet.io"], "resources": ["qwenbatches/status"], "resourceNames": ["sums"],
+         "verbs": ["patch"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["out"], "verbs": ["get", "patch"]},
+    ]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "team"}]
+    _, pvc_role, _ = render_runner_rbac(_batch())
+    assert [r["resources"] for r in pvc_role["rules"]] == [["qwenbatches/status"]]
+
+
+def test_dedicated_job_stages_runs_vllm_run_batch_on_gpus_and_reports_from_a_sidecar() -> None:
+    batch = _batch({"fleetRef": None, "dedicated": {"model": "Qwen/Qwen3-4B-Instruct-2507", "gpus": 2,
+                                                    "maxModelLen": 4096, "gpuMemoryUtilization": 0.9}})
+    pod = render_job(batch, RUNNER, ENGINE)["spec"]["template"]["spec"]
+    stage, progress = pod["initContainers"]
+    assert _args(stage["command"]).stage == "/batch/work/pending.jsonl"
+    assert progress["restartPolicy"] == "Always" and _args(progress["command"]).follow
+    (engine,) = pod["containers"]
+    assert engine["image"] == ENGINE
+    command = engine["command"]
+    assert command[:2] == ["sh", "-c"] and "vllm run-batch -i /batch/work/pending.jsonl" in command[2]
+    assert command[4:] == ["--model", "Qwen/Qwen3-4B-Instruct-2507", "--tensor-parallel-size", "2",
+                           "--max-model-len", "4096", "--gpu-memory-utilization", "0.9"]
+    assert engine["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+
+
+def test_dedicated_with_a_kueue_queue_is_created_suspended_and_labelled() -> None:
+    batch = _batch({"fleetRef": None, "dedicated": {"model": "m", "queueName": "gpu-batch"}})
+    job = render_job(batch, RUNNER, ENGINE)
+    assert job["metadata"]["labels"][KUEUE_QUEUE_LABEL] == "gpu-batch"
+    assert job["spec"]["suspend"] is True
+    plain = render_job(_batch({"fleetRef": None, "dedicated": {"model": "m"}}), RUNNER, ENGINE)
+    assert KUEUE_QUEUE_LABEL not in plain["metadata"]["labels"] and "suspend" not in plain["spec"]
+
+
+def test_offline_render_has_no_owner() -> None:
+    assert "ownerReferences" not in render_job(_batch(uid=None), RUNNER, ENGINE)["metadata"]
