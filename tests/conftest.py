@@ -20,6 +20,7 @@ from tests.support.tiny_qwen import TinyQwen, make_tiny_model
 
 ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = ROOT / "crds" / "qwenfleet.io_qweninferences.yaml"
+BATCH_CRD_FILE = ROOT / "crds" / "qwenfleet.io_qwenbatches.yaml"
 
 
 @pytest.fixture(scope="session")
@@ -36,6 +37,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 @pytest.fixture(scope="session")
 def crd(cluster: LocalCluster) -> Path:
     cluster.install_crd(CRD_FILE)
+    # QwenBatch too: the operator watches both kinds from its start.
+    cluster.install_crd(BATCH_CRD_FILE, name="qwenbatches.qwenfleet.io")
     return CRD_FILE
 
 
