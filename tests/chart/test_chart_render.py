@@ -79,7 +79,8 @@ def test_operator_deployment_is_two_restricted_replicas_with_leader_election() -
                    "QWEN_FLEET_LOG_LEVEL": "INFO", "QWEN_FLEET_RESYNC_SECONDS": "300", "QWEN_FLEET_WORKERS": "16",
                    "QWEN_FLEET_METRICS_PORT": "8080", "QWEN_FLEET_LIVENESS_PORT": "8081",
                    "QWEN_FLEET_LEASE_NAME": "qf-qwen-fleet-leader", "QWEN_FLEET_LEASE_DURATION_SECONDS": "15",
-                   "QWEN_FLEET_LEASE_RENEW_DEADLINE_SECONDS": "10", "QWEN_FLEET_LEASE_RETRY_SECONDS": "2"}
+                   "QWEN_FLEET_LEASE_RENEW_DEADLINE_SECONDS": "10", "QWEN_FLEET_LEASE_RETRY_SECONDS": "2",
+                   "QWEN_FLEET_RUNNER_IMAGE": "ghcr.io/qwen-fleet/operator:0.1.0"}  # QwenBatch Jobs: its own image
     assert pod["serviceAccountName"] == one(template(), "ServiceAccount")["metadata"]["name"] == "qf-qwen-fleet"
 
 
@@ -96,6 +97,7 @@ def test_operator_configuration_comes_from_values() -> None:
     assert (env["QWEN_FLEET_RESYNC_SECONDS"], env["QWEN_FLEET_WORKERS"]) == ("60", "2")
     assert env["QWEN_FLEET_NAMESPACES"] == "team-a,team-b"
     assert container["image"] == "ghcr.io/qwen-fleet/operator@sha256:" + "a" * 64
+    assert env["QWEN_FLEET_RUNNER_IMAGE"] == container["image"]
     # Platform-assigned IDs (OpenShift): the numbers go, non-root stays enforced.
     assert pod["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
 
@@ -118,22 +120,26 @@ def test_rbac_has_no_wildcards_no_secrets_no_nodes_and_never_deletes_the_fleet(v
         for key in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
             assert not any("*" in item for item in rule.get(key, [])), where
         assert set(rule["verbs"]) <= allowed_verbs, where
-        assert not {"secrets", "nodes", "serviceaccounts", "serviceaccounts/token"} & set(rule["resources"]), where
+        assert not {"secrets", "nodes", "serviceaccounts/token"} & set(rule["resources"]), where
+        if "serviceaccounts" in rule["resources"]:  # a QwenBatch runner's own account: made, never read or used
+            assert rule["resources"] == ["serviceaccounts"] and rule["verbs"] == ["create", "patch"], where
         if "namespaces" in rule["resources"]:
             assert values.get("watchNamespaces") and rule["verbs"] == ["list", "watch"], where
         assert "nonResourceURLs" not in rule, where
         if rule["resources"] == ["leases"]:  # leader election: its own Lease only (create cannot name it)
             assert ns and (rule.get("resourceNames") or rule["verbs"] == ["create"]), where
             continue
-        assert "get" not in rule["verbs"], where
+        # `get` on ConfigMaps only: a QwenBatch runner's Role grants it on its output, and RBAC lets the operator
+        # grant only what it holds; it reads nothing new (it lists and watches ConfigMaps already).
+        assert "get" not in rule["verbs"] or (rule["resources"] == ["configmaps"] and "list" in rule["verbs"]), where
         if "update" in rule["verbs"]:
-            assert rule["resources"] == ["qweninferences/finalizers"], where
+            assert rule["resources"] in (["qweninferences/finalizers"], ["qwenbatches/finalizers"]), where
         if "delete" in rule["verbs"]:
             # Deployments: deleted only once a Ready LeaderWorkerSet replaces one (reconcile/changes.py, its table
             # tests); the front door and the resource itself never.
             assert not {"services", "qweninferences", "pods"} & set(rule["resources"]), where
-        if rule["apiGroups"] == ["qwenfleet.io"] and "qweninferences" in rule["resources"]:
-            assert set(rule["verbs"]) == {"list", "watch"}, "the operator never creates or edits a QwenInference"
+        if rule["apiGroups"] == ["qwenfleet.io"] and {"qweninferences", "qwenbatches"} & set(rule["resources"]):
+            assert set(rule["verbs"]) == {"list", "watch"}, "the operator never creates or edits its resources"
 
 
 def test_rbac_grants_what_the_operator_checks_at_startup() -> None:
@@ -211,13 +217,19 @@ def test_rbac_create_false_renders_no_rbac() -> None:
 
 # --- the CRD ---------------------------------------------------------------------------------------------------
 
-def test_chart_crd_file_is_the_generated_crd_byte_for_byte() -> None:
-    assert CHART_CRD.read_bytes() == GENERATED_CRD.read_bytes(), "run `make generate`"
+CRD_FILES = ("qwenfleet.io_qweninferences.yaml", "qwenfleet.io_qwenbatches.yaml")
 
 
-def test_rendered_crd_is_the_generated_crd_plus_labels_and_keep() -> None:
-    rendered = one(template(), "CustomResourceDefinition")
-    generated = yaml.safe_load(GENERATED_CRD.read_text())
+@pytest.mark.parametrize("name", CRD_FILES)
+def test_chart_crd_file_is_the_generated_crd_byte_for_byte(name: str) -> None:
+    assert (CHART_CRD.parent / name).read_bytes() == (GENERATED_CRD.parent / name).read_bytes(), \
+        "run `make generate`"
+
+
+@pytest.mark.parametrize(("index", "name"), enumerate(CRD_FILES))
+def test_rendered_crd_is_the_generated_crd_plus_labels_and_keep(index: int, name: str) -> None:
+    rendered = by_kind(template(), "CustomResourceDefinition")[index]
+    generated = yaml.safe_load((GENERATED_CRD.parent / name).read_text())
     meta = rendered.pop("metadata")
     generated_meta = generated.pop("metadata")
     assert rendered == generated
@@ -229,8 +241,8 @@ def test_rendered_crd_is_the_generated_crd_plus_labels_and_keep() -> None:
 
 def test_crd_switches() -> None:
     assert not by_kind(template({"crds": {"install": False}}), "CustomResourceDefinition")
-    unkept = one(template({"crds": {"keep": False}}), "CustomResourceDefinition")
-    assert "annotations" not in unkept["metadata"]
+    for unkept in by_kind(template({"crds": {"keep": False}}), "CustomResourceDefinition"):
+        assert "annotations" not in unkept["metadata"]
     assert not (CHART / "crds").exists(), "a crds/ directory would be installed once and never upgraded"
 
 
@@ -317,8 +329,8 @@ def test_adapter_rules_switch_exists_and_is_off() -> None:
 
 def test_defaults_render_only_the_operator_and_its_crd() -> None:
     kinds = sorted(d["kind"] for d in template())
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Deployment",
-                     "Role", "RoleBinding", "ServiceAccount"]  # the Role: leader election's Lease
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "CustomResourceDefinition",
+                     "Deployment", "Role", "RoleBinding", "ServiceAccount"]  # the Role: leader election's Lease
 
 
 def test_metrics_service_and_service_monitor_select_the_operator() -> None:
