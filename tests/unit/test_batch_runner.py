@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from qwen_fleet.batchrun.cli import batch_run_command
+from qwen_fleet.batchrun.cli import batch_run_command, follow_output
 from qwen_fleet.batchrun.lines import read_done
 from qwen_fleet.batchrun.runner import Settings, run_batch
 from qwen_fleet.batchrun.sinks import DirectorySink
@@ -258,3 +258,25 @@ def test_configmap_output_and_status_reports_are_server_side_applies(fleet: Fake
     final = statuses[-1]["status"]
     assert (final["total"], final["completed"], final["failed"], final["etaSeconds"]) == (3, 2, 1, 0)
     assert statuses[-1]["kind"] == "QwenBatch" and statuses[-1]["metadata"] == {"name": "b1", "namespace": "ns"}
+
+
+def test_follow_reports_the_outputs_counts_and_the_staged_total_when_stopped(tmp_path: Path) -> None:
+    out, work = tmp_path / "out", tmp_path / "work"
+    out.mkdir()
+    work.mkdir()
+    usage = {"prompt_tokens": 3, "completion_tokens": 4}
+    ok = {"custom_id": "a", "error": None, "response": {"status_code": 200, "body": {"usage": usage}}}
+    # vLLM's run-batch writes a refused request into the same file, with its error: it counts as failed.
+    refused = {"custom_id": "b", "error": {"message": "bad"}, "response": {"status_code": 400, "body": None}}
+    (out / "output.jsonl").write_text(json.dumps(ok) + "\n" + json.dumps(refused) + "\n")
+    (out / "errors.jsonl").write_text(json.dumps({"custom_id": None, "line": 3, "error": {}}) + "\n")
+    (work / "stage.json").write_text(json.dumps({"total": 5, "completed": 0, "failed": 1}))
+    reports: list[dict[str, Any]] = []
+    stop = threading.Event()
+    stop.set()  # as SIGTERM at the pod's end: one last report, then exit
+    args = build_parser().parse_args(["batch-run", "--input", "x", "--output-dir", str(out), "--follow",
+                                      str(work / "pending.jsonl"), "--report-seconds", "0"])
+    follow_output(args, reports.append, stop)
+    assert len(reports) == 1
+    assert {k: reports[0][k] for k in ("total", "completed", "failed", "promptTokens", "completionTokens")} == \
+        {"total": 5, "completed": 1, "failed": 2, "promptTokens": 3, "completionTokens": 4}

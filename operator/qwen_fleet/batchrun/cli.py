@@ -119,7 +119,7 @@ def _stage(args: argparse.Namespace, report: Report | None) -> None:
         report(summary)
 
 
-def _follow(args: argparse.Namespace, report: Report | None, stop: threading.Event) -> None:
+def follow_output(args: argparse.Namespace, report: Report | None, stop: threading.Event) -> None:
     """Report the output directory's counts every --report-seconds, and once more when told to stop."""
     directory = Path(args.output_dir)
     started, first_tokens = time.monotonic(), None
@@ -156,7 +156,7 @@ def batch_run_command(args: argparse.Namespace, stop: threading.Event | None = N
             if not args.output_dir:
                 raise Usage("--follow needs --output-dir")
             stop = stop or _stop_on_sigterm()
-            _follow(args, report, stop)
+            follow_output(args, report, stop)
             return 0
         if not args.endpoint:
             raise Usage("--endpoint is required (or --stage / --follow)")
