@@ -105,7 +105,7 @@ def test_a_batch_waits_for_its_fleet_then_its_job_runs_and_completes(
     fleet.thread.start()
     try:
         sink = ConfigMapSink(api, ns, "answers")
-        run_batch(Settings(endpoint=fleet.url, retry_base_seconds=0.0, report_seconds=3600), lines, sink,
+        run_batch(Settings(endpoint=fleet.url, retry_base_seconds=0.0, report_seconds=3600), lambda: lines, sink,
                   read_done(*sink.existing()), report=lambda st: report_status(api, ns, name, st))
     finally:
         fleet.server.shutdown()

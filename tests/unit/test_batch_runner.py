@@ -96,7 +96,7 @@ def _run(fleet: FakeFleet, lines: list[str], out: Path, **kw: Any) -> Any:
     settings = Settings(endpoint=fleet.url, retry_base_seconds=0.0, **kw)
     sink = DirectorySink(out)
     try:
-        return run_batch(settings, lines, sink, read_done(*sink.existing()))
+        return run_batch(settings, lambda: lines, sink, read_done(*sink.existing()))
     finally:
         sink.close()
 
@@ -154,7 +154,7 @@ def test_retries_then_gives_up_with_the_reason(fleet: FakeFleet, tmp_path: Path)
 def test_an_unreachable_fleet_fails_each_line_after_its_retries(tmp_path: Path) -> None:
     settings = Settings(endpoint=f"http://127.0.0.1:{free_port()}", retry_base_seconds=0.0, max_retries=1)
     sink = DirectorySink(tmp_path)
-    run_batch(settings, [_line("x")], sink, read_done(*sink.existing()))
+    run_batch(settings, lambda: [_line("x")], sink, read_done(*sink.existing()))
     sink.close()
     (err,) = _records(tmp_path / "errors.jsonl")
     assert err["error"]["code"] == "connection_error" and "after 2 attempts" in err["error"]["message"]
@@ -280,3 +280,28 @@ def test_follow_reports_the_outputs_counts_and_the_staged_total_when_stopped(tmp
     assert len(reports) == 1
     assert {k: reports[0][k] for k in ("total", "completed", "failed", "promptTokens", "completionTokens")} == \
         {"total": 5, "completed": 1, "failed": 2, "promptTokens": 3, "completionTokens": 4}
+
+
+def test_an_input_url_is_downloaded_then_sent(fleet: FakeFleet, tmp_path: Path, monkeypatch: Any) -> None:
+    import functools
+    from http.server import SimpleHTTPRequestHandler
+
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "in.jsonl").write_text(_line("u1") + "\n" + _line("u2") + "\n")
+    (served / "latin1.jsonl").write_bytes(b'{"custom_id": "caf\xe9"}\n')
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(served))
+    handler.log_message = lambda *_: None  # type: ignore[attr-defined]
+    files = ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
+    threading.Thread(target=files.serve_forever, daemon=True).start()
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # where the Job's runner downloads to (its emptyDir)
+    base = f"http://127.0.0.1:{files.server_address[1]}"
+    try:
+        assert _cli("--input-url", f"{base}/in.jsonl", "--output-dir", str(tmp_path / "out"), "--endpoint",
+                    fleet.url) == 0
+        assert _cli("--input-url", f"{base}/latin1.jsonl", "--output-dir", str(tmp_path / "out2"), "--endpoint",
+                    fleet.url) == 2
+    finally:
+        files.shutdown()
+    assert sorted(r["custom_id"] for r in _records(tmp_path / "out" / "output.jsonl")) == ["u1", "u2"]
+    assert not (tmp_path / "out2" / "output.jsonl").read_text()

@@ -14,11 +14,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,14 +61,29 @@ class Usage(Exception):
     """Arguments or input that no retry can fix: exit 2."""
 
 
-def _read_input(args: argparse.Namespace) -> list[str]:
+def _input_file(args: argparse.Namespace) -> Path:
+    """The input as a local file: a URL is downloaded first (to $TMPDIR; the Job points it at its emptyDir)."""
     try:
         if args.input_url:
-            with urllib.request.urlopen(args.input_url, timeout=300) as resp:
-                return str(resp.read().decode("utf-8")).splitlines()
-        return Path(args.input).read_text(encoding="utf-8").splitlines()
+            fd, name = tempfile.mkstemp(prefix="input-", suffix=".jsonl")
+            with urllib.request.urlopen(args.input_url, timeout=300) as resp, os.fdopen(fd, "wb") as out:
+                shutil.copyfileobj(resp, out)
+            path = Path(name)
+        else:
+            path = Path(args.input)
+        with path.open(encoding="utf-8") as f:  # readable, and UTF-8 throughout: else no line is sent
+            for _ in f:
+                pass
+        return path
     except (OSError, ValueError) as err:  # ValueError: a bad URL, or bytes that are not UTF-8
         raise Usage(f"cannot read the input {args.input_url or args.input}: {err}") from None
+
+
+def _lines_of(path: Path) -> Callable[[], Iterator[str]]:
+    def read() -> Iterator[str]:
+        with path.open(encoding="utf-8") as f:
+            yield from f
+    return read
 
 
 def _kube(args: argparse.Namespace) -> KubeApi:
@@ -99,10 +118,10 @@ def _sink(args: argparse.Namespace) -> Sink:
 def _stage(args: argparse.Namespace, report: Report | None) -> None:
     sink = _sink(args)
     done = read_done(*sink.existing())
-    lines = list(parse_lines(_read_input(args)))
-    staged = Path(args.stage)
+    staged, total = Path(args.stage), 0
     with staged.open("w", encoding="utf-8") as out:
-        for line in lines:
+        for line in parse_lines(_lines_of(_input_file(args))()):
+            total += 1
             if done.has(line):
                 continue
             if not line.valid:
@@ -112,7 +131,7 @@ def _stage(args: argparse.Namespace, report: Report | None) -> None:
             else:
                 out.write(dumps({"custom_id": line.custom_id, "method": "POST", "url": line.url, "body": line.body}))
     sink.close()
-    summary = {"total": len(lines), "completed": done.completed, "failed": done.failed}
+    summary = {"total": total, "completed": done.completed, "failed": done.failed}
     (staged.parent / STAGE_SUMMARY).write_text(json.dumps(summary))
     log.info("staged %s: %s", staged, summary)
     if report is not None:
@@ -165,7 +184,7 @@ def batch_run_command(args: argparse.Namespace, stop: threading.Event | None = N
                             retry_base_seconds=args.retry_base_seconds, report_seconds=args.report_seconds)
         sink = _sink(args)
         try:
-            progress = run_batch(settings, _read_input(args), sink, read_done(*sink.existing()), report)
+            progress = run_batch(settings, _lines_of(_input_file(args)), sink, read_done(*sink.existing()), report)
         finally:
             sink.close()
         log.info("done: %d completed, %d failed of %d", progress.completed, progress.failed, progress.total)

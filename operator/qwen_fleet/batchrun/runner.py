@@ -54,9 +54,9 @@ class Progress:
         self.tokens_this_run = 0
         self.lock = threading.Lock()
 
-    def add(self, record: dict[str, Any]) -> None:
+    def add(self, record: dict[str, Any], sent: bool = True) -> None:
         with self.lock:
-            self.lines_this_run += 1
+            self.lines_this_run += sent  # the rate (ETA) is of lines sent; malformed ones take no time
             if succeeded(record):
                 self.completed += 1
                 usage = (record["response"].get("body") or {}).get("usage") or {}
@@ -75,10 +75,10 @@ class Progress:
                                    "tokensPerSecond": round(self.tokens_this_run / elapsed, 2),
                                    "progressTime": now_rfc3339()}
             left = self.total - self.completed - self.failed
-            if self.lines_this_run:
-                out["etaSeconds"] = int(left * elapsed / self.lines_this_run)
-            elif left == 0:
+            if left == 0:
                 out["etaSeconds"] = 0
+            elif self.lines_this_run:
+                out["etaSeconds"] = int(left * elapsed / self.lines_this_run)
             return out
 
 
@@ -163,30 +163,36 @@ class _Reporter:
         self.send()
 
 
-def run_batch(settings: Settings, input_lines: Iterable[str], sink: Sink, done: Done,
+def run_batch(settings: Settings, read_input: Callable[[], Iterable[str]], sink: Sink, done: Done,
               report: Report | None = None) -> Progress:
-    """Every line of the input gets exactly one record in the sink, over all runs together."""
-    lines = list(parse_lines(input_lines))
-    progress = Progress(len(lines), done)
-    pending = [line for line in lines if not done.has(line)]
-    log.info("%d lines, %d already done, %d to go", len(lines), len(lines) - len(pending), len(pending))
+    """Every line of the input gets exactly one record in the sink, over all runs together.
 
-    def finish(record: dict[str, Any]) -> None:
+    The input is read twice, streaming (``read_input`` opens it anew): once to count it, once to send it, so a
+    large batch costs the memory of its custom_ids, not of its bodies."""
+    total = left = 0
+    for line in parse_lines(read_input()):
+        total += 1
+        left += not done.has(line)
+    progress = Progress(total, done)
+    pending = (line for line in parse_lines(read_input()) if not done.has(line))
+    log.info("%d lines, %d already done, %d to go", total, total - left, left)
+
+    def finish(record: dict[str, Any], sent: bool = True) -> None:
         sink.write(dumps(record), succeeded(record))
-        progress.add(record)
+        progress.add(record, sent)
 
-    with _Reporter(report, progress, settings.report_seconds):
+    with _Reporter(report, progress, settings.report_seconds), \
+            ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="batch-send") as pool:
+        in_flight: set[Future[dict[str, Any]]] = set()
         for line in pending:
             if not line.valid:
-                finish(invalid(line))
-        with ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="batch-send") as pool:
-            in_flight: set[Future[dict[str, Any]]] = set()
-            for line in (line for line in pending if line.valid):
-                if len(in_flight) >= settings.concurrency:
-                    finished, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
-                    for future in finished:
-                        finish(future.result())
-                in_flight.add(pool.submit(send_one, settings, line))
-            for future in in_flight:
-                finish(future.result())
+                finish(invalid(line), sent=False)
+                continue
+            if len(in_flight) >= settings.concurrency:
+                finished, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    finish(future.result())
+            in_flight.add(pool.submit(send_one, settings, line))
+        for future in in_flight:
+            finish(future.result())
     return progress

@@ -87,6 +87,7 @@ def _runner(batch: QwenBatch, image: str, name: str, args: list[str], mounts: li
     return {"name": name, "image": image, "imagePullPolicy": "IfNotPresent",
             "command": ["qwen-fleet", "batch-run", *args, "--batch", f"{batch.namespace}/{batch.name}"],
             "volumeMounts": mounts, "securityContext": {"allowPrivilegeEscalation": False},
+            "env": [{"name": "TMPDIR", "value": WORK_MOUNT}],  # a downloaded input lands on the emptyDir
             "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}},
             "terminationMessagePolicy": "FallbackToLogsOnError"}
 
