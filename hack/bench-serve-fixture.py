@@ -21,8 +21,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from qwen_fleet.servebench.client import LAUNCHER, Workload, client_args  # noqa: E402
 from tests.support.tiny_qwen import make_tiny_qwen2, vllm_python  # noqa: E402
+
+from qwen_fleet.servebench.client import LAUNCHER, Workload, client_args  # noqa: E402
 
 OUT = ROOT / "tests" / "unit" / "fixtures" / "vllm-bench-serve-0.32.json"
 FAIL = {3, 7}  # completion requests (1 = the client's initial test request) answered with HTTP 500

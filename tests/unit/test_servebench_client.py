@@ -42,7 +42,7 @@ def test_a_real_saved_result_parses() -> None:
 def test_a_result_without_e2e_percentiles_names_the_flag() -> None:
     raw = saved()
     del raw["p99_e2el_ms"]
-    with pytest.raises(ValueError, match="p99_e2el_ms.*--percentile-metrics including e2el"):
+    with pytest.raises(ValueError, match=r"p99_e2el_ms.*--percentile-metrics including e2el"):
         parse_result(raw)
 
 

@@ -127,10 +127,12 @@ class ClusterTarget:
                  ready_timeout_s: float = 1800, job_timeout_s: int = 3600, poll_s: float = 5) -> None:
         from kubernetes import client
 
-        self.custom = client.CustomObjectsApi(api_client)
-        self.apps = client.AppsV1Api(api_client)
-        self.batch = client.BatchV1Api(api_client)
-        self.core = client.CoreV1Api(api_client)
+        # Any: the client's generated types mark every field Optional and return plain objects for custom
+        # resources; the dicts and models this code reads are checked where they are used.
+        self.custom: Any = client.CustomObjectsApi(api_client)
+        self.apps: Any = client.AppsV1Api(api_client)
+        self.batch: Any = client.BatchV1Api(api_client)
+        self.core: Any = client.CoreV1Api(api_client)
         self.namespace, self.name, self.workload = namespace, name, workload
         self.ready_timeout_s, self.job_timeout_s, self.poll_s = ready_timeout_s, job_timeout_s, poll_s
         self.runs = 0
