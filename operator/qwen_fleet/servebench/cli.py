@@ -84,18 +84,32 @@ def command(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"qwen-fleet bench-serving: {err}", file=sys.stderr)
         return 2
-    if args.kubeconfig:
-        api = config.new_client_from_config(config_file=args.kubeconfig)
-    else:
-        try:
-            api = config.new_client_from_config()
-        except config.ConfigException:
-            config.load_incluster_config()
-            from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
 
-            api = client.ApiClient()
-    target = ClusterTarget(api, args.namespace, args.fleet, workload, args.ready_timeout, args.job_timeout)
-    original = (target.get().get("spec") or {}).get("engine") or {}
+    try:
+        if args.kubeconfig:
+            api = config.new_client_from_config(config_file=args.kubeconfig)
+        else:
+            try:
+                api = config.new_client_from_config()
+            except config.ConfigException:
+                config.load_incluster_config()
+                from kubernetes import client
+
+                api = client.ApiClient()
+        target = ClusterTarget(api, args.namespace, args.fleet, workload, args.ready_timeout, args.job_timeout)
+        original = (target.get().get("spec") or {}).get("engine") or {}
+    except config.ConfigException as err:
+        print(f"qwen-fleet bench-serving: no usable kubeconfig: {err}", file=sys.stderr)
+        return 2
+    except ApiException as err:
+        what = "not found" if err.status == 404 else f"{err.status} {err.reason}"
+        print(f"qwen-fleet bench-serving: QwenInference {args.namespace}/{args.fleet}: {what}", file=sys.stderr)
+        return 2
+    except HTTPError as err:
+        print(f"qwen-fleet bench-serving: cannot reach the API server: {err}", file=sys.stderr)
+        return 2
     restore: dict[str, Any] = {k: original.get(k) for k in ("maxNumSeqs", "maxNumBatchedTokens")}
     rows: list[Row] = []
     try:
