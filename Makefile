@@ -54,7 +54,7 @@ run: setup ## demo: local cluster with a real node, CRD, operator, a tiny CPU fl
 	$(VENV)/bin/qwen-fleet run --real-node
 
 test: setup ## the whole suite: unit, integration, contract, e2e, chaos (fails if no test ran)
-	@set -o pipefail; rc=0; $(VENV)/bin/pytest -p no:cacheprovider -m "not real_fleet" $(PYTEST_ARGS) tests || rc=$$?; \
+	@set -o pipefail; rc=0; $(VENV)/bin/pytest -p no:cacheprovider --durations=30 -m "not real_fleet" $(PYTEST_ARGS) tests || rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: no tests ran" >&2; exit 1; fi; exit $$rc
 
 # --- pieces -------------------------------------------------------------------------------------------------
@@ -79,7 +79,7 @@ test-contract: venv vllm-venv ## against the real vLLM engine on CPU
 test-e2e: setup ## end to end: cluster + operator + metrics + engine
 	$(VENV)/bin/pytest -p no:cacheprovider tests/e2e $(PYTEST_ARGS)
 
-.PHONY: generate vllm-flags lint kube-schemas validate-manifests bench cluster-up cluster-down
+.PHONY: generate vllm-flags lint kube-schemas validate-manifests bench bench-serving cluster-up cluster-down
 vllm-flags: vllm-venv ## regenerate vLLM's flag table (engine.extraArgs is checked against it) from its parser
 	VLLM_TARGET_DEVICE=cpu "$$(hack/vllm-venv.sh)" hack/vllm-flags.py > operator/qwen_fleet/catalog/vllm_flags.json.tmp
 	mv operator/qwen_fleet/catalog/vllm_flags.json.tmp operator/qwen_fleet/catalog/vllm_flags.json
@@ -109,6 +109,10 @@ validate-manifests: venv ## kubeconform -strict: helm template (every tested val
 
 bench: venv binaries ## benchmarks; figures go to bench/results/
 	$(PY) -m bench.run
+
+BENCH_SERVING_ARGS ?=
+bench-serving: venv vllm-venv ## serving sweep (vllm bench serve) on the tiny model, CPU engines; bench/results/serving-cpu-tiny.{md,json}
+	$(PY) -m bench.serving $(BENCH_SERVING_ARGS)
 
 cluster-up: venv binaries ## start a local control plane in .dev/cluster (export KUBECONFIG as printed)
 	$(VENV)/bin/qwen-fleet dev up --dir .dev/cluster

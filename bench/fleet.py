@@ -8,13 +8,16 @@ import os
 import signal
 import statistics
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import yaml
 from tests.support.operator_process import OperatorProcess, audit_writes
 
+from bench import profile
 from bench.watch import Recorder, api_client, deployment_available, exists, has_arg, qwi_ready
 from qwen_fleet.api import QwenInference
 from qwen_fleet.config import OperatorConfig
@@ -136,8 +139,18 @@ def _reconciles(operator: OperatorProcess, result: str) -> float:
                if line.startswith("qwen_fleet_reconcile_total{") and f'result="{result}"' in line)
 
 
+def _writes_by_kind(writes: list[dict[str, Any]], fleets: int) -> dict[str, float]:
+    """Writes per fleet, by verb and resource (and subresource): where the burst's writes go."""
+    counts: Counter[str] = Counter()
+    for w in writes:
+        ref = w.get("objectRef") or {}
+        sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
+        counts[f"{w.get('verb')} {ref.get('resource')}{sub}"] += 1
+    return {k: round(v / fleets, 3) for k, v in counts.most_common()}
+
+
 def with_operator(docs: list[dict[str, Any]], workdir: Path, timeout: float, steady_seconds: float,
-                  profile: Path | None = None) -> dict[str, Any]:
+                  profile_dir: Path | None = None) -> dict[str, Any]:
     cluster = cluster_for(docs, workdir)
     cluster.install_crd(ROOT / "crds" / "qwenfleet.io_qweninferences.yaml")
     operator = OperatorProcess(cluster, workdir / "operator.log")
@@ -150,27 +163,36 @@ def with_operator(docs: list[dict[str, Any]], workdir: Path, timeout: float, ste
                         {"seen": exists, "ready": qwi_ready}).start()
         deps = Recorder(api, f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments",
                         {"created": exists, "available": deployment_available}).start()
-        start = time.monotonic()
-        since = time.time()
-        submitted = _apply_all(cluster, docs)
-        applied = time.monotonic() - start
-        done = qwis.wait("ready", len(docs), timeout)
-        total = time.monotonic() - start
+        time.sleep(2)  # the operator has listed the (empty) namespace: its idle size
+        rss_idle, _ = _rss_cpu(operator.proc.pid)
+        with ExitStack() as stack:
+            if profile_dir is not None:
+                stack.enter_context(profile.record(operator.proc.pid, profile_dir / f"burst-n{len(docs)}.txt"))
+            start = time.monotonic()
+            since = time.time()
+            submitted = _apply_all(cluster, docs)
+            applied = time.monotonic() - start
+            done = qwis.wait("ready", len(docs), timeout)
+            total = time.monotonic() - start
+        writes = audit_writes(cluster, since)
         to_deploy = [deps.first["created"][k] - t for k, t in submitted.items() if k in deps.first["created"]]
         to_ready = [qwis.first["ready"][k] - t for k, t in submitted.items() if k in qwis.first["ready"]]
         out["burst"] = {"apply_seconds": round(applied, 2), "all_ready_seconds": round(total, 2),
                         "completed": done, "ready": qwis.count("ready"),
                         "per_cr_to_deployment_seconds": _percentiles(to_deploy),
                         "per_cr_to_ready_seconds": _percentiles(to_ready),
-                        "operator_writes": len(audit_writes(cluster, since))}
+                        "operator_writes": len(writes),
+                        "operator_writes_per_fleet": round(len(writes) / len(docs), 3),
+                        "writes_per_fleet_by_kind": _writes_by_kind(writes, len(docs)),
+                        "rss_idle_mib": round(rss_idle, 1)}
+        if profile_dir is not None:
+            out["burst"]["profile"] = profile.summarize((profile_dir / f"burst-n{len(docs)}.txt").read_text())
         # Settle before measuring steady state: HPAs first report their conditions within two sync periods
         # (15 s each) of creation, which is a real status change the operator mirrors once.
         time.sleep(45)
         out["steady"] = _steady(cluster, operator, steady_seconds)
         out["restart"] = _restart(cluster, operator, len(docs), timeout)
         out["single_change"] = _single_change(cluster, api, docs[0]["metadata"]["name"])
-        if profile is not None:
-            out["profile"] = _profile(operator, profile)
         qwis.stop()
         deps.stop()
         return out
@@ -227,16 +249,3 @@ def _single_change(cluster: LocalCluster, api: Any, name: str) -> dict[str, Any]
     deps.stop()
     return {"seconds_to_deployment_change": round(took, 3), "completed": ok,
             "note": "includes kubectl start-up (~0.1-0.2 s)"}
-
-
-def _profile(operator: OperatorProcess, path: Path) -> str:
-    """A py-spy flame graph of the operator at steady state (used when a figure needs explaining)."""
-    import subprocess
-    import sys
-
-    assert operator.proc is not None
-    spy = Path(sys.executable).with_name("py-spy")
-    subprocess.run([str(spy), "record", "-o", str(path), "-d", "20", "-p", str(operator.proc.pid), "--nonblocking"],
-                   check=False, capture_output=True)
-    return str(path)
-

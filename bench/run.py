@@ -45,7 +45,7 @@ def startup(runs: int = 3) -> dict[str, Any]:
                     "binaries"}
 
 
-def fleet(ns: list[int], timeout: float, steady: float) -> dict[str, Any]:
+def fleet(ns: list[int], timeout: float, steady: float, profile_dir: Path | None = None) -> dict[str, Any]:
     from bench import fleet as f
 
     out: dict[str, Any] = {}
@@ -54,7 +54,7 @@ def fleet(ns: list[int], timeout: float, steady: float) -> dict[str, Any]:
         with tempfile.TemporaryDirectory() as tmp:
             bare = f.bare_limit(docs, Path(tmp) / "bare", timeout)
         with tempfile.TemporaryDirectory() as tmp:
-            op = f.with_operator(docs, Path(tmp) / "op", timeout, steady)
+            op = f.with_operator(docs, Path(tmp) / "op", timeout, steady, profile_dir)
         ratio = op["burst"]["all_ready_seconds"] / bare["all_available_seconds"]
         out[str(n)] = {"n": n, "gpus": f.gpus_needed(docs), "bare_limit": bare, "operator": op,
                        "burst_ratio_operator_to_limit": round(ratio, 3)}
@@ -98,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steady-seconds", type=float, default=60)
     parser.add_argument("--skip", nargs="*", default=[], choices=["startup", "fleet", "autoscaling"])
     parser.add_argument("--output", default=str(RESULTS / "fleet.json"))
+    parser.add_argument("--profile-dir", type=Path, help="sample the operator with py-spy during each burst; raw "
+                        "stacks land here, their summary (bench/profile.py) in the results")
     args = parser.parse_args(argv)
     binaries.ensure()
     results: dict[str, Any] = {
@@ -110,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         results["startup"] = startup()
         print(json.dumps(results["startup"]), flush=True)
     if "fleet" not in args.skip:
-        results["fleet"] = fleet(args.n, args.timeout, args.steady_seconds)
+        if args.profile_dir is not None:
+            args.profile_dir.mkdir(parents=True, exist_ok=True)
+        results["fleet"] = fleet(args.n, args.timeout, args.steady_seconds, args.profile_dir)
     if "autoscaling" not in args.skip:
         from bench import autoscaling
 

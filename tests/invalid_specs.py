@@ -299,6 +299,9 @@ CASES: list[Case] = [
          'unknown field "spec.serving.multimodal.limitsPerPrompt.audio"', "Extra inputs are not permitted"),
     _rule("extra-args-repeat-media-limits", {"engine": {"extraArgs": ["--limit-mm-per-prompt", '{"image":0}']}},
           "engine.extraArgs must not repeat a flag that a typed field owns"),
+    _rule("mig-profile-of-another-gpu", {"gpu": {"product": "NVIDIA-H200", "sharing": {"mig": "1g.10gb"}}},
+          "gpu.sharing.mig 1g.10gb is not a MIG profile of NVIDIA-H200: use one of 1g.18gb, 1g.35gb, 2g.35gb, "
+          "3g.71gb, 4g.71gb, 7g.141gb"),
     _rule("extra-args-repeat-reasoning-parser", {"engine": {"extraArgs": ["--reasoning-parser=qwen3"]}},
           "engine.extraArgs must not repeat a flag that a typed field owns"),
 ]

@@ -1,4 +1,4 @@
-"""qwen-fleet: operator | render | plan | crd | batch-run | dev up/down | run."""
+"""qwen-fleet: operator | render | plan | bench-serving | crd | batch-run | dev up/down | run."""
 
 from __future__ import annotations
 
@@ -98,6 +98,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return plan_command(args)
 
 
+def cmd_bench_serving(args: argparse.Namespace) -> int:
+    from qwen_fleet.servebench.cli import command
+
+    return command(args)
+
+
 DEV_TOOLS_MISSING = ("the local control plane is not part of this installation: it lives in devtools/ of the "
                      "repository (make venv installs it); the operator image does not ship it")
 
@@ -164,6 +170,13 @@ def build_parser() -> argparse.ArgumentParser:
     daily.add_argument("--prefill-tokens-per-second-per-replica", type=float,
                        help="measured or stated prompt (prefill) throughput of one replica")
     p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("bench-serving", help="sweep a fleet's maxNumSeqs / maxNumBatchedTokens with vllm bench serve "
+                       "and recommend one (docs/bench-serving.md)")
+    from qwen_fleet.servebench.cli import add_arguments as add_bench_arguments
+
+    add_bench_arguments(p)
+    p.set_defaults(func=cmd_bench_serving)
 
     p = sub.add_parser("crd", help="print (or write) the generated CustomResourceDefinition")
     p.add_argument("-o", "--output", help="write to this file instead of stdout")

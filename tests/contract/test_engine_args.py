@@ -43,6 +43,8 @@ FAMILY_DEFAULTS: dict[str, tuple[str, str, str | None]] = {
     "Qwen/Qwen2.5-7B-Instruct-AWQ": ("generate", "", "hermes"),
     "Qwen/Qwen3.6-27B": ("generate", "qwen3", "qwen3_coder"),
     "Qwen/Qwen3.5-397B-A17B": ("generate", "qwen3", "qwen3_coder"),
+    "Qwen/Qwen3.5-9B": ("generate", "qwen3", "qwen3_coder"),
+    "Qwen/Qwen3-Next-80B-A3B-Instruct": ("generate", "", "hermes"),
     "Qwen/Qwen3-30B-A3B-Instruct-2507": ("generate", "", "hermes"),
     "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": ("generate", "", "hermes"),
     "Qwen/Qwen3-8B": ("generate", "qwen3", "hermes"),
@@ -55,10 +57,17 @@ FAMILY_DEFAULTS: dict[str, tuple[str, str, str | None]] = {
     "some-org/custom-model": ("generate", "", None),
 }
 # Of FAMILY_DEFAULTS, the ones whose checkpoint has an MTP layer.
-MTP_MODELS = {"Qwen/Qwen3.6-27B", "Qwen/Qwen3.5-397B-A17B"}
+MTP_MODELS = {"Qwen/Qwen3.6-27B", "Qwen/Qwen3.5-397B-A17B", "Qwen/Qwen3.5-9B", "Qwen/Qwen3-Next-80B-A3B-Instruct"}
 # Of FAMILY_DEFAULTS, the catalogued ones with a vision encoder (serving.multimodal on any other catalogued
 # model is Stalled and not rendered; models outside the catalog get what the spec asks).
-VISION_MODELS = {"Qwen/Qwen3.6-27B", "Qwen/Qwen3.5-397B-A17B", "Qwen/Qwen3-VL-8B-Instruct"}
+VISION_MODELS = {"Qwen/Qwen3.6-27B", "Qwen/Qwen3.5-397B-A17B", "Qwen/Qwen3.5-9B", "Qwen/Qwen3-VL-8B-Instruct"}
+# Of FAMILY_DEFAULTS, those whose YaRN form goes under text_config (multimodal configs), and the rope_parameters
+# keys the cards' vLLM command repeats beside the YaRN ones (Qwen3.5/3.6 and Qwen3-Next cards).
+NESTED_ROPE_MODELS = {"Qwen/Qwen3.6-27B", "Qwen/Qwen3.5-397B-A17B", "Qwen/Qwen3.5-9B"}
+CARD_ROPE_KEYS = {"Qwen/Qwen3.6-27B": {"mrope_interleaved": True, "mrope_section": [11, 11, 10],
+                                      "partial_rotary_factor": 0.25},
+                  "Qwen/Qwen3-Next-80B-A3B-Instruct": {"partial_rotary_factor": 0.25}}
+CARD_ROPE_KEYS["Qwen/Qwen3.5-397B-A17B"] = CARD_ROPE_KEYS["Qwen/Qwen3.5-9B"] = CARD_ROPE_KEYS["Qwen/Qwen3.6-27B"]
 NOT_CATALOGUED = {"some-org/custom-model", "Qwen/Qwen3-Reranker-0.6B-custom"}
 RERANKER_OVERRIDES = {"architectures": ["Qwen3ForSequenceClassification"], "classifier_from_token": ["no", "yes"],
                       "is_original_qwen3_reranker": True}
@@ -126,14 +135,19 @@ def _check_overrides(cr: QwenInference, parsed: dict[str, Any]) -> None:
     task = cr.spec.serving.task or FAMILY_DEFAULTS[cr.spec.model.name][0]
     if cr.spec.model.name == "Qwen/Qwen3-Reranker-0.6B" and task == "score":
         assert {k: overrides.pop(k) for k in RERANKER_OVERRIDES} == RERANKER_OVERRIDES
-    rope = overrides.pop("rope_parameters", None)
-    longest = overrides.pop("max_position_embeddings", None)
-    assert overrides == {}, overrides
+    name = cr.spec.model.name
+    nested = overrides.pop("text_config", None) if name in NESTED_ROPE_MODELS else None
+    body = dict(nested) if nested is not None else overrides
+    rope = body.pop("rope_parameters", None)
+    longest = body.pop("max_position_embeddings", None)
+    assert overrides == {} and body == {}, (overrides, body)
     asked, length = cr.spec.engine.rope_scaling, cr.spec.engine.max_model_len
     if rope is None:
         assert longest is None
         return
     assert rope["rope_type"] == "yarn" and rope["rope_theta"] > 0
+    for key, card_value in CARD_ROPE_KEYS.get(name, {}).items():  # rope_parameters is replaced whole at top level
+        assert rope[key] == card_value, (key, rope)
     # vLLM 0.32 takes a YaRN model's max_position_embeddings as already scaled: it must be raised with the factor.
     assert longest == int(rope["factor"] * rope["original_max_position_embeddings"]), (rope, longest)
     if asked and asked.factor:
@@ -174,7 +188,8 @@ def test_a_wrong_flag_is_caught_by_the_real_parser(vllm_python: str) -> None:
 def engine_specs(draw: st.DrawFn) -> dict[str, Any]:
     maybe = lambda s: draw(st.one_of(st.none(), s))  # noqa: E731
     engine: dict[str, Any] = {
-        "maxModelLen": maybe(st.one_of(st.integers(16, 262144), st.sampled_from([65536, 131072, 1_000_000]))),
+        "maxModelLen": maybe(st.one_of(st.integers(16, 262144),
+                                       st.sampled_from([65536, 131072, 524288, 1_000_000, 1_010_000]))),
         "maxNumSeqs": maybe(st.integers(1, 2048)),
         "blockSize": maybe(st.sampled_from([8, 16, 32, 64, 128, 256])),
         "gpuMemoryUtilization": maybe(st.floats(0.05, 1.0).map(lambda x: round(x, 3))),

@@ -29,8 +29,10 @@ SPEC: dict[str, Any] = {
 }
 
 
-def rendered_children() -> dict[str, dict[str, Any]]:
-    cr = QwenInference.model_validate({"metadata": {"name": NAME, "namespace": "llm", "uid": "u"}, "spec": SPEC})
+def rendered_children(spec: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """The children the operator renders for ``spec`` (default SPEC); pydantic's ValidationError for a bad one."""
+    cr = QwenInference.model_validate({"metadata": {"name": NAME, "namespace": "llm", "uid": "u"},
+                                       "spec": SPEC if spec is None else spec})
     return {c["kind"]: c for c in render_children(cr, make_plan(cr, OperatorConfig()), ALL_CAPABILITIES)}
 
 
@@ -45,8 +47,9 @@ class RenderedServer(VllmServer):
         return list(self._rendered)
 
 
-def rendered_server(python: str, model_dir: Path, log_path: Path) -> RenderedServer:
+def rendered_server(python: str, model_dir: Path, log_path: Path,
+                    spec: dict[str, Any] | None = None) -> RenderedServer:
     port = free_port()
-    local = local_process(rendered_children()["Deployment"], python, {"model": model_dir}, port)
+    local = local_process(rendered_children(spec)["Deployment"], python, {"model": model_dir}, port)
     return RenderedServer(local.argv, {**local.env, "VLLM_CPU_KVCACHE_SPACE": str(KV_SPACE_GIB)}, port=port,
                           served_model_name=NAME, python=python, log_path=log_path)

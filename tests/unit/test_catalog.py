@@ -392,3 +392,12 @@ def test_qwen1_is_catalogued_but_refused_with_the_replacement() -> None:
     qwen1 = find_model("Qwen/Qwen-7B")
     assert qwen1 is not None and qwen1.engine_unsupported is not None
     assert "Qwen/Qwen2.5-7B-Instruct" in qwen1.engine_unsupported
+
+
+def test_values_read_since_from_launch_configs() -> None:
+    """Values verified from NVIDIA Megatron-LM's and THUDM slime's configs (docs/catalog.md, "Verified since")."""
+    big, a3b = find_model("Qwen/Qwen3.5-397B-A17B"), find_model("Qwen/Qwen3.6-35B-A3B")
+    assert big is not None and a3b is not None
+    assert (big.moe_intermediate_size, big.shared_expert_intermediate_size) == (1024, 1024)
+    assert (a3b.moe_intermediate_size, a3b.shared_expert_intermediate_size) == (512, 512)
+    assert big.unverified_fields == () and a3b.unverified_fields == ()

@@ -151,6 +151,46 @@ def test_long_context_beyond_what_qwen_documents_is_stalled(model: str, engine: 
     assert any(fix in p.message for p in plan.problems if p.reason == reason)
 
 
+# The Qwen3.5/3.6 cards' vLLM command (Processing Ultra-Long Texts), with the factor the length needs and
+# max_position_embeddings raised beside it; written out here from the card, not from the catalog.
+QWEN36_CARD_ROPE = {"mrope_interleaved": True, "mrope_section": [11, 11, 10], "rope_type": "yarn",
+                    "rope_theta": 10000000.0, "partial_rotary_factor": 0.25, "factor": 4.0,
+                    "original_max_position_embeddings": 262144}
+BIG = {"parallelism": {"tensor": 4}, "gpu": {"product": "NVIDIA-H200"}}
+
+
+def test_qwen36_yarn_is_nested_under_text_config_in_the_cards_form() -> None:
+    args = flags("Qwen/Qwen3.6-27B", engine={"maxModelLen": 1010000}, **BIG)
+    assert yarn(args) == {"text_config": {"max_position_embeddings": 1048576, "rope_parameters": QWEN36_CARD_ROPE}}
+    # 524,288 tokens: the card's own example takes factor 2.
+    half = yarn(flags("Qwen/Qwen3.5-9B", engine={"maxModelLen": 524288}, gpu={"memoryGiB": 80}))
+    assert half["text_config"]["rope_parameters"]["factor"] == 2.0
+    assert half["text_config"]["max_position_embeddings"] == 524288
+    # Within the native 262,144 nothing is scaled.
+    assert "--hf-overrides" not in flags("Qwen/Qwen3.6-27B", engine={"maxModelLen": 262144}, **BIG)
+
+
+def test_qwen3_next_yarn_repeats_theta_and_partial_rotary_factor() -> None:
+    args = flags("Qwen/Qwen3-Next-80B-A3B-Instruct", engine={"maxModelLen": 1010000}, **BIG)
+    assert yarn(args) == {"max_position_embeddings": 1048576, "rope_parameters": {
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 262144, "rope_theta": 10000000.0,
+        "partial_rotary_factor": 0.25}}
+    _, plan = plan_of("Qwen/Qwen3-Next-80B-A3B-Thinking", engine={"maxModelLen": 600000}, **BIG)
+    assert plan.feasible and plan.serving.rope_scaling_factor == 3.0, plan.problems
+
+
+@pytest.mark.parametrize(("model", "engine", "fix"), [
+    ("Qwen/Qwen3.6-27B", {"maxModelLen": 1040000}, "set engine.maxModelLen to 1010000 or less"),
+    ("Qwen/Qwen3.5-397B-A17B", {"maxModelLen": 2000000}, "set engine.maxModelLen to 1010000 or less"),
+    ("Qwen/Qwen3-Next-80B-A3B-Instruct", {"ropeScaling": {"factor": 8}}, "up to 4"),
+])
+def test_hybrid_yarn_beyond_the_cards_window_is_stalled(model: str, engine: dict[str, Any], fix: str) -> None:
+    _, plan = plan_of(model, engine=engine, **BIG)
+    problems = [p for p in plan.problems if p.reason == "RopeScalingFactorUnsupported"]
+    assert problems and fix in problems[0].message, plan.problems
+    assert plan.serving.rope_scaling_factor is None and not plan.serving.hf_overrides
+
+
 def test_unknown_model_yarn_with_all_facts_renders() -> None:
     args = flags("some-org/custom", engine={"maxModelLen": 16384, "ropeScaling": {
         "factor": 4, "originalMaxPositionEmbeddings": 4096, "ropeTheta": 10000}})

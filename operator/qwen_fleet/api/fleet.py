@@ -17,6 +17,7 @@ from qwen_fleet.api.base import (
     map_keys_rule,
 )
 from qwen_fleet.api.engine import EnvVar
+from qwen_fleet.catalog.gpus import ALL_GPUS
 
 _GPUS = "self.tensor * self.pipeline * self.data"
 
@@ -101,7 +102,8 @@ class GpuSharing(ApiModel, rules=[Rule(
     mig: str | None = Field(default=None, pattern=MIG_PROFILE, description="MIG profile of the slice each engine "
                             "gets, e.g. 1g.10gb, 2g.20gb, 3g.40gb (A100/H100 80GB) or 1g.18gb (H200): the pod "
                             "requests nvidia.com/mig-<profile> (the device plugin's mixed MIG strategy) and the "
-                            "planner uses the slice's memory.")
+                            "planner uses the slice's memory. With a catalogued gpu.product, only the profiles "
+                            "NVIDIA documents for it are accepted.")
     time_slices: int | None = Field(default=None, ge=2, le=48, description="Engines sharing one time-sliced GPU "
                                     "(the device plugin's replicas, renameByDefault: true): the pod requests "
                                     "nvidia.com/gpu.shared, and engine.gpuMemoryUtilization must leave room for "
@@ -117,11 +119,32 @@ class GpuSharing(ApiModel, rules=[Rule(
         return int(self.mig.split(".")[1][:-2]) * 1e9 / 1024**3 if self.mig else None
 
 
+# The MIG profiles NVIDIA documents per gpu.product label (catalog/mig.py); other spellings of a catalogued GPU
+# are checked by the planner (MigProfileUnsupported).
+MIG_PROFILES_BY_PRODUCT = {g.product: tuple(p.name for p in g.mig_profiles) for g in ALL_GPUS if g.mig_profiles}
+_CEL_MIG = "{" + ", ".join(f"'{k}': {list(v)}" for k, v in MIG_PROFILES_BY_PRODUCT.items()) + "}"
+_CEL_MIG_TEXT = "{" + ", ".join(f"'{k}': '{', '.join(v)}'" for k, v in MIG_PROFILES_BY_PRODUCT.items()) + "}"
+
+
+def _mig_fits(g: Any) -> bool:
+    return g.sharing is None or g.sharing.mig is None or g.product is None \
+        or g.product not in MIG_PROFILES_BY_PRODUCT or g.sharing.mig in MIG_PROFILES_BY_PRODUCT[g.product]
+
+
 class GpuSpec(ApiModel, rules=[Rule(
     cel="!has(self.sharing) || !has(self.resourceName) || self.resourceName == 'nvidia.com/gpu'",
     check=lambda g: g.sharing is None or g.resource_name == "nvidia.com/gpu",
     message="gpu.sharing sets the resource the pod requests (nvidia.com/mig-<profile> or nvidia.com/gpu.shared): "
             "leave gpu.resourceName unset",
+), Rule(
+    cel="!has(self.sharing) || !has(self.sharing.mig) || !has(self.product) || !(self.product in " + _CEL_MIG
+        + ") || self.sharing.mig in " + _CEL_MIG + "[self.product]",
+    check=_mig_fits,
+    message="gpu.sharing.mig must be a MIG profile NVIDIA documents for gpu.product",
+    message_expression="'gpu.sharing.mig ' + self.sharing.mig + ' is not a MIG profile of ' + self.product + "
+                       "': use one of ' + " + _CEL_MIG_TEXT + "[self.product]",
+    message_for=lambda g: f"gpu.sharing.mig {g.sharing.mig} is not a MIG profile of {g.product}: use one of "
+                          f"{', '.join(MIG_PROFILES_BY_PRODUCT[g.product])}",
 )]):
     """The GPU type replicas run on."""
 

@@ -157,7 +157,7 @@ class RopeScaling(ApiModel, rules=[
     original_max_position_embeddings: int | None = Field(default=None, ge=16, le=16_777_216,
                                                          description="The context the model was trained "
                                                          "at. Default: the catalog's (32768 for Qwen2.5 and "
-                                                         "Qwen3).")
+                                                         "Qwen3, 262144 for Qwen3.5/3.6 and Qwen3-Next).")
     rope_theta: float | None = Field(default=None, gt=0, description="The model's rope_theta, repeated "
                                      "because vLLM replaces rope_parameters whole. Default: the catalog's.")
 

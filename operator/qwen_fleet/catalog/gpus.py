@@ -9,6 +9,8 @@ Bandwidths are NVIDIA's nominal bidirectional figures per GPU.
 
 from __future__ import annotations
 
+from qwen_fleet.catalog import mig
+from qwen_fleet.catalog.mig import MigProfile
 from qwen_fleet.catalog.types import GpuFacts
 
 _GFD_LABELER = "https://github.com/NVIDIA/k8s-device-plugin/blob/main/internal/lm/resource.go"
@@ -35,6 +37,7 @@ def _gpu(
     fp8: bool,
     aliases: tuple[str, ...],
     sources: tuple[str, ...],
+    mig_profiles: tuple[MigProfile, ...] = (),
 ) -> GpuFacts:
     return GpuFacts(
         product=product,
@@ -47,7 +50,9 @@ def _gpu(
         compute_capability=compute_capability,
         fp8=fp8,
         aliases=aliases,
-        sources=(_GFD_LABELER, *sources, _VLLM_FP8),
+        sources=(_GFD_LABELER, *sources, _VLLM_FP8,
+                 *((mig.MIG_USER_GUIDE, mig.MIG_PARTED_CONFIG) if mig_profiles else ())),
+        mig_profiles=mig_profiles,
     )
 
 
@@ -93,6 +98,7 @@ ALL_GPUS: tuple[GpuFacts, ...] = (
     ),
     _gpu(
         "NVIDIA-A100-SXM4-40GB",
+        mig_profiles=mig.A100_40GB,
         memory_mib=40960,
         short_name="A100-40GB",
         interconnect="NVLink 3 (600 GB/s)",
@@ -106,6 +112,7 @@ ALL_GPUS: tuple[GpuFacts, ...] = (
     ),
     _gpu(
         "NVIDIA-A100-SXM4-80GB",
+        mig_profiles=mig.A100_80GB,
         memory_mib=81920,
         short_name="A100-80GB",
         interconnect="NVLink 3 (600 GB/s)",
@@ -118,6 +125,7 @@ ALL_GPUS: tuple[GpuFacts, ...] = (
     ),
     _gpu(
         "NVIDIA-H100-80GB-HBM3",
+        mig_profiles=mig.H100_80GB,
         memory_mib=81559,
         short_name="H100-80GB",
         interconnect="NVLink 4 (900 GB/s)",
@@ -131,6 +139,7 @@ ALL_GPUS: tuple[GpuFacts, ...] = (
     ),
     _gpu(
         "NVIDIA-H100-PCIe",
+        mig_profiles=mig.H100_80GB,
         memory_mib=81559,
         short_name="H100-PCIe",
         interconnect="PCIe 5.0 x16 (128 GB/s); optional NVLink bridge between card pairs",
@@ -143,6 +152,7 @@ ALL_GPUS: tuple[GpuFacts, ...] = (
     ),
     _gpu(
         "NVIDIA-H100-NVL",
+        mig_profiles=mig.H100_NVL,
         memory_mib=95830,
         short_name="H100-NVL",
         interconnect="NVLink bridge between card pairs (600 GB/s), PCIe 5.0 x16 (128 GB/s)",
@@ -155,6 +165,7 @@ ALL_GPUS: tuple[GpuFacts, ...] = (
     ),
     _gpu(
         "NVIDIA-H200",
+        mig_profiles=mig.H200,
         memory_mib=143771,  # nvidia-smi on an H200 (driver 580.159.04): "NVIDIA H200, 143771 MiB"
         short_name="H200",
         interconnect="NVLink 4 (900 GB/s)",
@@ -210,6 +221,7 @@ ALL_GPUS: tuple[GpuFacts, ...] = (
     ),
     _gpu(
         "NVIDIA-H20",
+        mig_profiles=mig.H20,
         memory_mib=97871,  # nvidia-smi: "NVIDIA H20, 97871 MiB" (96 GB HBM3)
         short_name="H20",
         interconnect="NVLink 4 (900 GB/s)",
@@ -222,6 +234,7 @@ ALL_GPUS: tuple[GpuFacts, ...] = (
     ),
     _gpu(
         "NVIDIA-B200",
+        mig_profiles=mig.B200,
         memory_mib=183359,  # nvidia-smi: "NVIDIA B200, 183359 MiB", compute capability 10.0
         short_name="B200",
         interconnect="NVLink 5 (1800 GB/s)",

@@ -15,6 +15,10 @@ from qwen_fleet.catalog.vision import qwen3_vision_params_billion
 
 _HF = "https://huggingface.co/"
 _SLIME = "https://github.com/THUDM/slime/blob/main/scripts/models/"
+_MEGATRON_QWEN35 = (
+    "https://github.com/NVIDIA/Megatron-LM/blob/main/examples/mimo/configs/qwen35_vlm.py",
+    "https://github.com/NVIDIA/Megatron-LM/blob/main/examples/mimo/model_providers/qwen35/configuration.py",
+)
 # Qwen3.5/3.6 cards state the padded token embedding and the native context once per model.
 _VOCAB = 248320
 _NATIVE_CONTEXT = 262144
@@ -156,8 +160,9 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
         serving=QWEN35,
         linear_attention=_gdn(key_heads=16, value_heads=32),
         tie_word_embeddings=False,
-        unverified_fields=("moe_intermediate_size", "shared_expert_intermediate_size"),  # Qwen3.5-35B-A3B's
-        sources=_sources("Qwen/Qwen3.6-35B-A3B", f"{_SLIME}qwen36-35B-A3B.sh"),
+        # slime's qwen36-35B-A3B.sh: "the same language/MoE topology as the Qwen3.5-35B-A3B config" (it sources
+        # qwen3.5-35B-A3B.sh: --moe-ffn-hidden-size 512, --moe-shared-expert-intermediate-size 512).
+        sources=_sources("Qwen/Qwen3.6-35B-A3B", f"{_SLIME}qwen36-35B-A3B.sh", f"{_SLIME}qwen3.5-35B-A3B.sh"),
     ),
     ModelFacts(
         name="Qwen/Qwen3.5-122B-A10B",
@@ -185,6 +190,8 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
     ),
     ModelFacts(
         name="Qwen/Qwen3.5-397B-A17B",
+        moe_intermediate_size=1024,
+        shared_expert_intermediate_size=1024,
         family="qwen3.5",
         params_billion=397.0,
         active_params_billion=17.0,
@@ -204,8 +211,9 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
         serving=QWEN35,
         linear_attention=_gdn(key_heads=16, value_heads=64),
         tie_word_embeddings=False,
-        # Its vision_config was not read: the encoder every other size ships is assumed.
-        unverified_fields=("vision_params_billion",),
-        sources=_sources("Qwen/Qwen3.5-397B-A17B", f"{_SLIME}qwen3.5-397B-A17B.sh"),
+        # vision_config as NVIDIA's Megatron-LM MIMO recipe for this model builds it: the Qwen3.5 encoder of
+        # every size (depth 27, hidden 1152, 16 heads, MLP 4304, patch 16, 2 frames, 2 x 2 merge, 2304
+        # positions) with out_hidden_size 4096, the PatchMerger being the only projection (no DeepStack).
+        sources=_sources("Qwen/Qwen3.5-397B-A17B", f"{_SLIME}qwen3.5-397B-A17B.sh", *_MEGATRON_QWEN35),
     ),
 )

@@ -37,6 +37,17 @@ class YarnFacts:
     original_context: int  # original_max_position_embeddings
     max_factor: float  # the largest factor the card documents
     rope_theta: float  # config.json rope_theta: rope_parameters is replaced whole, so it is repeated
+    # The card's "extensible up to N tokens" where it is below max_factor x original_context.
+    max_context: int | None = None
+    # Further rope_parameters keys of the config.json, repeated for the same reason as rope_theta.
+    rope_extra: tuple[tuple[str, object], ...] = ()
+    # Where rope_parameters lives: "" for a text model, "text_config" for a multimodal config (Qwen3.5/3.6).
+    config_key: str = ""
+
+    @property
+    def longest(self) -> int:
+        """The longest context the card documents."""
+        return self.max_context or int(self.max_factor * self.original_context)
 
 
 @dataclass(frozen=True)
@@ -71,10 +82,20 @@ QWEN3_HYBRID_SMALL = ServingFacts(reasoning_parser="qwen3", tool_format="hermes"
 QWEN3_INSTRUCT_2507 = ServingFacts(tool_format="hermes")
 QWEN3_THINKING_2507 = ServingFacts(reasoning_parser="qwen3", tool_format="hermes")
 QWEN3_CODER = ServingFacts(tool_format="xml")
-# Qwen3.5/3.6 think by default, switch with enable_thinking and call tools in the XML format. Their YaRN form is
-# nested (text_config.rope_parameters with mrope sections): not rendered by the operator yet.
+# Qwen3.5/3.6 and Qwen3-Next cards: "262,144 natively and extensible up to 1,010,000 tokens" with YaRN factor
+# 4.0 over original_max_position_embeddings 262144; rope_theta 10,000,000 and a rotary dimension of 64 of the
+# 256-wide heads (partial_rotary_factor 0.25). Qwen3.5/3.6 keep rope_parameters in text_config with interleaved
+# M-RoPE sections; the cards' vLLM command repeats all of them (docs/qwen-layer.md).
+QWEN_HYBRID_LONG_CONTEXT = 1_010_000
+_YARN_QWEN35 = YarnFacts(262144, 4.0, rope_theta=10_000_000.0, max_context=QWEN_HYBRID_LONG_CONTEXT,
+                         rope_extra=(("mrope_interleaved", True), ("mrope_section", (11, 11, 10)),
+                                     ("partial_rotary_factor", 0.25)), config_key="text_config")
+_YARN_QWEN3_NEXT = YarnFacts(262144, 4.0, rope_theta=10_000_000.0, max_context=QWEN_HYBRID_LONG_CONTEXT,
+                             rope_extra=(("partial_rotary_factor", 0.25),))
+# Qwen3.5/3.6 think by default, switch with enable_thinking and call tools in the XML format.
 # Their checkpoints also hold one MTP layer (docs/catalog.md), usable as a speculative-decoding draft.
-QWEN35 = ServingFacts(reasoning_parser="qwen3", tool_format="xml", thinking_switch=True, mtp=True)
+QWEN35 = ServingFacts(reasoning_parser="qwen3", tool_format="xml", thinking_switch=True, mtp=True,
+                      yarn=_YARN_QWEN35)
 QWEN3_EMBEDDING = ServingFacts(task="embed")
 # vLLM's Qwen3-Reranker recipe: the original checkpoint is a causal LM scored on the "no"/"yes" logits.
 QWEN3_RERANKER = ServingFacts(task="score", hf_overrides=(
@@ -83,6 +104,6 @@ QWEN3_RERANKER = ServingFacts(task="score", hf_overrides=(
     ("is_original_qwen3_reranker", True),
 ))
 # Qwen3-Next ships one MTP layer (vLLM's qwen3_next_mtp, served as method "mtp"); tools in the Hermes format.
-QWEN3_NEXT_INSTRUCT = ServingFacts(tool_format="hermes", mtp=True)
-QWEN3_NEXT_THINKING = ServingFacts(reasoning_parser="qwen3", tool_format="hermes", mtp=True)
+QWEN3_NEXT_INSTRUCT = ServingFacts(tool_format="hermes", mtp=True, yarn=_YARN_QWEN3_NEXT)
+QWEN3_NEXT_THINKING = ServingFacts(reasoning_parser="qwen3", tool_format="hermes", mtp=True, yarn=_YARN_QWEN3_NEXT)
 GENERIC = ServingFacts()

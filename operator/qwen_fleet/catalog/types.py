@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from qwen_fleet.catalog.mig import MigProfile
 from qwen_fleet.catalog.serving import GENERIC, ServingFacts
 
 
@@ -101,3 +102,8 @@ class GpuFacts:
     # Nominal bidirectional GPU-to-GPU bandwidth per GPU, GB/s (NVLink if present, else PCIe).
     interconnect_gb_s: float | None = None
     nvlink: bool = False
+    # MIG profiles NVIDIA documents for this GPU (catalog/mig.py); empty: no MIG, or none catalogued.
+    mig_profiles: tuple[MigProfile, ...] = ()
+
+    def mig_profile(self, name: str) -> MigProfile | None:
+        return next((p for p in self.mig_profiles if p.name == name), None)

@@ -22,13 +22,32 @@ VLLM_DEFAULT_MAX_LORA_RANK = 16  # LoRAConfig.max_lora_rank
 
 
 def gpu_memory_gib(spec: QwenInferenceSpec) -> float | None:
-    """Memory one engine plans with: gpu.memoryGiB, else a MIG slice's, else the catalog GPU's."""
+    """Memory one engine plans with: gpu.memoryGiB, else a MIG slice's (the catalog's profile of the GPU, else
+    the figure its name states), else the catalog GPU's."""
     if spec.gpu.memory_gi_b:
         return spec.gpu.memory_gi_b
-    if spec.gpu.sharing is not None and spec.gpu.sharing.mig_memory_gib is not None:
-        return spec.gpu.sharing.mig_memory_gib
     gpu = find_gpu(spec.gpu.product) if spec.gpu.product else None
+    sharing = spec.gpu.sharing
+    if sharing is not None and sharing.mig is not None:
+        profile = gpu.mig_profile(sharing.mig) if gpu else None
+        return profile.memory_gib if profile else sharing.mig_memory_gib
     return gpu.memory_gib if gpu else None
+
+
+def mig_problems(spec: QwenInferenceSpec) -> list[Problem]:
+    """A MIG profile the GPU cannot make. The CRD refuses it for the catalog's product labels; this catches the
+    other spellings find_gpu knows (aliases, NVML names)."""
+    gpu = find_gpu(spec.gpu.product) if spec.gpu.product else None
+    mig = spec.gpu.sharing.mig if spec.gpu.sharing is not None else None
+    if gpu is None or mig is None or gpu.mig_profile(mig) is not None:
+        return []
+    if not gpu.mig_profiles:
+        return [Problem("MigProfileUnsupported",
+                        f"{gpu.short_name} has no MIG profiles in the catalog (NVIDIA documents MIG for A100, "
+                        "H100, H200, H20 and B200): remove gpu.sharing.mig, or use gpu.sharing.timeSlices")]
+    return [Problem("MigProfileUnsupported",
+                    f"gpu.sharing.mig {mig} is not a MIG profile of {gpu.product}: use one of "
+                    f"{', '.join(p.name for p in gpu.mig_profiles)}")]
 
 
 def capacity_input(spec: QwenInferenceSpec, memory_gib: float) -> CapacityInput | None:
@@ -89,6 +108,9 @@ def assess(spec: QwenInferenceSpec) -> tuple[CapacityStatus | None, list[Problem
         # The planner models GPU memory (weights and KV cache per GPU); on CPU the KV cache is a size the
         # user gives vLLM (VLLM_CPU_KVCACHE_SPACE) and the container's memory limit bounds the rest.
         return None, [], []
+    sharing = mig_problems(spec)
+    if sharing:
+        return None, sharing, []
     model = find_model(spec.model.name)
     if model is None:
         if spec.parallelism.expert:

@@ -16,7 +16,7 @@ from typing import Any
 from qwen_fleet.api.resource import QwenInferenceSpec
 from qwen_fleet.api.serving import VISION_MODALITIES, MediaLimits, ServingStatus
 from qwen_fleet.catalog import ModelFacts, find_gpu, find_model
-from qwen_fleet.catalog.serving import TOOL_PARSERS_BY_FORMAT
+from qwen_fleet.catalog.serving import TOOL_PARSERS_BY_FORMAT, YarnFacts
 from qwen_fleet.plan.capacity import Problem
 
 
@@ -199,13 +199,24 @@ def mtp_layers(spec: QwenInferenceSpec, model: ModelFacts) -> int:
 Rope = tuple[float, dict[str, Any]]  # factor, hf_overrides
 
 
-def _yarn_overrides(factor: float, original: int, theta: float) -> dict[str, Any]:
+def _yarn_overrides(factor: float, original: int, theta: float, yarn: YarnFacts | None = None) -> dict[str, Any]:
     # vLLM 0.32 takes a YaRN model's max_position_embeddings as already scaled (transformers'
-    # _compute_yarn_parameters does too), so it is raised with the factor; rope_parameters is replaced whole,
-    # so rope_theta is repeated.
-    return {"rope_parameters": {"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": original,
-                                "rope_theta": theta},
-            "max_position_embeddings": int(factor * original)}
+    # _compute_yarn_parameters does too), so it is raised with the factor. A top-level rope_parameters is replaced
+    # whole (ModelConfig._apply_dict_overrides), so rope_theta and the family's other rope keys are repeated; under
+    # text_config it is merged, and the card's full form is sent all the same.
+    rope: dict[str, Any] = {"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": original,
+                            "rope_theta": theta}
+    if yarn is not None:
+        rope.update((key, list(v) if isinstance(v, tuple) else v) for key, v in yarn.rope_extra)
+    body = {"rope_parameters": rope, "max_position_embeddings": int(factor * original)}
+    return {yarn.config_key: body} if yarn is not None and yarn.config_key else body
+
+
+def scaled_context(overrides: dict[str, Any]) -> int | None:
+    """max_position_embeddings as the YaRN overrides raise it (top level or under text_config), if they do."""
+    body = overrides.get("text_config", overrides)
+    value = body.get("max_position_embeddings") if isinstance(body, dict) else None
+    return int(value) if value is not None else None
 
 
 def _rope_with_catalog(spec: QwenInferenceSpec, model: ModelFacts) -> tuple[Rope | None, list[Problem]]:
@@ -224,15 +235,18 @@ def _rope_with_catalog(spec: QwenInferenceSpec, model: ModelFacts) -> tuple[Rope
     factor = asked.factor if asked and asked.factor else (
         float(max(2, math.ceil(length / original))) if length else yarn.max_factor)
     if factor > yarn.max_factor:
-        top = int(yarn.max_factor * original)
         return None, [Problem("RopeScalingFactorUnsupported",
                               f"{'engine.maxModelLen ' + format(length, ',') if length else 'engine.ropeScaling'}"
                               f" needs YaRN factor {factor:g} over {original:,} tokens, but Qwen documents up to "
-                              f"{yarn.max_factor:g} ({top:,} tokens) for {model.name}: set engine.maxModelLen "
-                              f"to {top} or less")]
+                              f"{yarn.max_factor:g} ({yarn.longest:,} tokens) for {model.name}: set "
+                              f"engine.maxModelLen to {yarn.longest} or less")]
+    if length and length > yarn.longest:
+        return None, [Problem("RopeScalingFactorUnsupported",
+                              f"engine.maxModelLen {length:,} is beyond the {yarn.longest:,} tokens Qwen documents "
+                              f"for {model.name} with YaRN: set engine.maxModelLen to {yarn.longest} or less")]
     if length and length > factor * original:
         return None, [_too_long(length, factor, original)]
-    return (factor, _yarn_overrides(factor, original, theta)), []
+    return (factor, _yarn_overrides(factor, original, theta, yarn)), []
 
 
 def _rope_without_catalog(spec: QwenInferenceSpec) -> tuple[Rope | None, list[Problem]]:
@@ -259,4 +273,5 @@ def _too_long(length: int, factor: float, original: int) -> Problem:
 def effective_context(spec: QwenInferenceSpec, model: ModelFacts) -> int:
     """The model's context once the plan's YaRN applies (the capacity planner's "native" length)."""
     rope, problems = _rope_with_catalog(spec, model)
-    return int(rope[1]["max_position_embeddings"]) if rope and not problems else model.native_context
+    scaled = scaled_context(rope[1]) if rope and not problems else None
+    return scaled or model.native_context
