@@ -305,3 +305,17 @@ def test_an_input_url_is_downloaded_then_sent(fleet: FakeFleet, tmp_path: Path, 
         files.shutdown()
     assert sorted(r["custom_id"] for r in _records(tmp_path / "out" / "output.jsonl")) == ["u1", "u2"]
     assert not (tmp_path / "out2" / "output.jsonl").read_text()
+
+
+def test_batch_run_loads_neither_the_controller_nor_kopf() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom qwen_fleet.cli import build_parser\n"
+            "args = build_parser().parse_args(['batch-run', '--input', 'x', '--output-dir', 'y', '--endpoint', 'z'])\n"
+            "import qwen_fleet.batchrun.cli\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('kopf', 'kubernetes', 'qwen_fleet.reconcile', "
+            "'qwen_fleet.render', 'qwen_fleet.api', 'pydantic'))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -55,6 +55,13 @@ class BatchController:
         self.jobs: dict[Key, dict[str, Any]] = {}  # by the batch's key
         self.queue = WorkQueue()
 
+    def fleet_event(self, fleet: Key) -> None:
+        """A QwenInference appeared or changed: the batches waiting for it look again now, not in 30 s."""
+        for key, raw in self.batches.items():
+            ref = ((raw.get("spec") or {}).get("fleetRef") or {}).get("name")
+            if key[0] == fleet[0] and ref == fleet[1] and key not in self.jobs:
+                self.queue.add(key)
+
     async def reconcile(self, key: Key) -> None:
         raw = self.batches.get(key)
         if raw is None or (raw.get("metadata") or {}).get("deletionTimestamp"):

@@ -213,6 +213,8 @@ def _register_watches(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
             return
         rt.store.put_resource(key, dict(body))
         rt.queue.add(key)
+        if rt.batches is not None:
+            rt.batches.fleet_event(key)
 
     async def index_child(body: Any, **_: Any) -> dict[Key, str] | None:
         owner = owner_key(body)

@@ -1,0 +1,95 @@
+"""The QwenBatch reconcile with a recording stand-in for the API: what it writes, and that a second reconcile
+of an unchanged batch writes nothing (the watches' view is fed back as the apiserver would)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+from qwen_fleet.config import OperatorConfig
+from qwen_fleet.reconcile.batch_controller import BatchController
+from tests.invalid_batch_specs import BATCH_BASE
+
+KEY = ("team", "sums")
+FLEET = {"metadata": {"name": "qwen", "namespace": "team"}, "spec": {"engine": {"schedulingPolicy": "priority"}}}
+
+
+class RecordingKube:
+    def __init__(self) -> None:
+        self.applied: list[dict[str, Any]] = []
+        self.patched: list[dict[str, Any]] = []
+
+    async def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self.applied.append(obj)
+        return copy.deepcopy(obj)
+
+    async def patch_status(self, api_version: str, kind: str, ns: str, name: str,
+                           status: dict[str, Any]) -> dict[str, Any]:
+        self.patched.append(status)
+        return {}
+
+    async def get(self, path: str) -> Any:
+        return {"items": []}
+
+
+def _controller(fleets: dict[tuple[str, str], dict[str, Any]]) -> tuple[BatchController, RecordingKube,
+                                                                         list[tuple[str, str]]]:
+    kube, events = RecordingKube(), []
+    controller = BatchController(kube, OperatorConfig(), fleets.get,  # type: ignore[arg-type]
+                                 emit=lambda _obj, type_, reason, _msg: events.append((type_, reason)))
+    controller.batches[KEY] = {"apiVersion": "qwenfleet.io/v1alpha1", "kind": "QwenBatch",
+                               "metadata": {"name": "sums", "namespace": "team", "uid": "u1", "generation": 1},
+                               "spec": copy.deepcopy(BATCH_BASE)}
+    return controller, kube, events
+
+
+def _store_status(controller: BatchController) -> None:
+    """What the watch would bring back: the stored status with the operator's patch merged in."""
+    raw = controller.batches[KEY]
+    for patch in controller.kube.patched:  # type: ignore[attr-defined]
+        raw["status"] = {**(raw.get("status") or {}), **patch}
+
+
+def test_missing_fleet_stalls_once_then_the_fleet_brings_the_job() -> None:
+    async def scenario() -> None:
+        fleets: dict[tuple[str, str], dict[str, Any]] = {}
+        controller, kube, events = _controller(fleets)
+        await controller.reconcile(KEY)
+        assert kube.applied == [] and kube.patched[-1]["state"] == "Stalled"
+        assert events == [("Warning", "FleetNotFound")]
+        _store_status(controller)
+        writes = len(kube.patched)
+        await controller.reconcile(KEY)
+        assert len(kube.patched) == writes and events == [("Warning", "FleetNotFound")]  # nothing new
+
+        fleets[("team", "qwen")] = FLEET
+        controller.fleet_event(("team", "qwen"))
+        assert len(controller.queue) == 1
+        await controller.reconcile(KEY)
+        assert [o["kind"] for o in kube.applied] == ["ServiceAccount", "Role", "RoleBinding", "Job"]
+        assert kube.patched[-1]["state"] == "Pending" and kube.patched[-1]["job"] == "sums-batch"
+        _store_status(controller)
+        applied, writes = len(kube.applied), len(kube.patched)
+        await controller.reconcile(KEY)  # the Job is known (just applied): nothing to write
+        assert (len(kube.applied), len(kube.patched)) == (applied, writes)
+
+    asyncio.run(scenario())
+
+
+def test_a_finished_batch_whose_job_is_deleted_is_left_alone() -> None:
+    async def scenario() -> None:
+        controller, kube, _ = _controller({("team", "qwen"): FLEET})
+        controller.jobs[KEY] = {"metadata": {"name": "sums-batch"}, "spec": {},
+                                "status": {"conditions": [{"type": "Complete", "status": "True"}],
+                                           "completionTime": "2026-12-01T01:00:00Z"}}
+        await controller.reconcile(KEY)
+        assert kube.patched[-1]["state"] == "Complete"
+        assert kube.patched[-1]["completionTime"] == "2026-12-01T01:00:00Z"
+        _store_status(controller)
+        del controller.jobs[KEY]  # someone deleted the finished Job (or a TTL did)
+        writes = len(kube.patched)
+        await controller.reconcile(KEY)
+        assert kube.applied == [] and len(kube.patched) == writes  # no new Job, the status stays the record
+
+    asyncio.run(scenario())
