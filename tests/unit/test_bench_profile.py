@@ -5,7 +5,8 @@ from bench.profile import component, summarize
 RAW = """\
 <module> (qwen_fleet/cli.py:10);run (kopf/_core/reactor/running.py:5);apply (qwen_fleet/reconcile/kube.py:40);\
 dumps (json/__init__.py:231) 6
-<module> (qwen_fleet/cli.py:10);run (kopf/_core/reactor/running.py:5);render_children (qwen_fleet/render/__init__.py:9) 3
+<module> (qwen_fleet/cli.py:10);run (kopf/_core/reactor/running.py:5);\
+render_children (qwen_fleet/render/__init__.py:9) 3
 <module> (qwen_fleet/cli.py:10);run (kopf/_core/reactor/running.py:5);process (kopf/_core/actions/execution.py:7) 1
 not a stack line
 """
