@@ -87,7 +87,8 @@ def test_dedicated_job_stages_runs_vllm_run_batch_on_gpus_and_reports_from_a_sid
     (engine,) = pod["containers"]
     assert engine["image"] == ENGINE
     command = engine["command"]
-    assert command[:2] == ["sh", "-c"] and "vllm run-batch -i /batch/work/pending.jsonl" in command[2]
+    assert command[:2] == ["sh", "-c"]
+    assert "python3 -m vllm.entrypoints.openai.run_batch -i /batch/work/pending.jsonl" in command[2]
     assert command[4:] == ["--model", "Qwen/Qwen3-4B-Instruct-2507", "--tensor-parallel-size", "2",
                            "--max-model-len", "4096", "--gpu-memory-utilization", "0.9"]
     assert engine["resources"]["limits"]["nvidia.com/gpu"] == 2

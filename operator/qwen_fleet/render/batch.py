@@ -127,9 +127,11 @@ def _dedicated_pod(batch: QwenBatch, runner_image: str, engine_image: str) -> di
     assert d is not None and batch.spec.output.pvc is not None
     volumes, mounts, input_args, output_args = _volumes(batch)
     out_dir = f"{OUTPUT_MOUNT}/{batch.spec.output.pvc.path}"
-    # vllm run-batch writes its output file once, after the last answer: appended to output.jsonl only when the
-    # run succeeded, so a killed run leaves no partial file behind and the next one stages the same lines.
-    script = (f'set -e\nif [ -s {STAGED} ]; then\n  vllm run-batch -i {STAGED} -o {RESULT} "$@"\n'
+    # vLLM's run-batch writes its output file once, after the last answer: appended to output.jsonl only when the
+    # run succeeded, so a killed run leaves no partial file behind and the next one stages the same lines. It
+    # starts as a module, as the server does: the CPU build's `vllm` script cannot find its own metadata.
+    script = (f'set -e\nif [ -s {STAGED} ]; then\n'
+              f'  python3 -m vllm.entrypoints.openai.run_batch -i {STAGED} -o {RESULT} "$@"\n'
               f'  cat {RESULT} >> {shlex.quote(out_dir)}/output.jsonl\nfi\n')
     limits: dict[str, Any] = {}
     requests: dict[str, Any] = {}
