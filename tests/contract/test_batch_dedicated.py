@@ -10,7 +10,9 @@ the model change, by the rule in tests/support/batch_job.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 from collections import Counter
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from qwen_fleet_dev.processes import _die_with_parent
 from tests.support.batch_job import Step, engine_step, pod_containers, rendered_job, runner_step
 
 pytestmark = pytest.mark.vllm
@@ -51,12 +54,28 @@ def _write_input(path: Path, model: str) -> list[str]:
     return ids
 
 
-def _run(step: Step, log: Path, timeout: float) -> int:
+def _start(step: Step, log: Path) -> subprocess.Popen[bytes]:
+    """A step as its own process group (the engine's script forks python, which forks the engine core), dying
+    with the test; _stop() ends what is left of the group."""
     with log.open("ab") as out:
         out.write(f"# {step.name}: {step.argv}\n".encode())
         out.flush()
-        return subprocess.run(step.argv, env=step.env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout,
-                              check=False).returncode
+        return subprocess.Popen(step.argv, env=step.env, cwd=step.cwd, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+
+
+def _run(step: Step, log: Path, timeout: float) -> int:
+    proc = _start(step, log)
+    try:
+        return proc.wait(timeout)
+    finally:
+        _stop(proc)  # a timeout, or a child the script left behind
 
 
 def _pod(claim: Path, work: Path, log: Path, vllm_python: str, model: Path, engine_runs: bool) -> None:
@@ -72,16 +91,15 @@ def _pod(claim: Path, work: Path, log: Path, vllm_python: str, model: Path, engi
     volumes = {"claim-0": claim, "work": work}
     work.mkdir()
     assert _run(runner_step(stage, volumes), log, 300) == 0, log.read_text()[-4000:]
-    follow = runner_step(progress, volumes)
-    with log.open("ab") as out:
-        sidecar = subprocess.Popen(follow.argv, env=follow.env, stdout=out, stderr=subprocess.STDOUT)
+    sidecar = _start(runner_step(progress, volumes), log)
     try:
         code = _run(engine_step(engine, volumes, vllm_python, model), log, 1800)
         assert code == 0, log.read_text()[-6000:]
         assert sidecar.poll() is None, f"the sidecar ended on its own:\n{log.read_text()[-4000:]}"
-    finally:
-        sidecar.send_signal(signal.SIGTERM)
+        sidecar.send_signal(signal.SIGTERM)  # the kubelet stops a native sidecar once the main container ended
         sidecar_code = sidecar.wait(60)
+    finally:
+        _stop(sidecar)
     assert sidecar_code in ((0,) if engine_runs else (0, -signal.SIGTERM)), log.read_text()[-4000:]
 
 

@@ -42,6 +42,7 @@ class Step:
     name: str  # the container's name
     argv: list[str]
     env: dict[str, str]  # the whole environment of the process
+    cwd: Path  # the pod's emptyDir: never the checkout, whose directories (operator/, tests/) could shadow modules
 
 
 def rendered_job(spec: dict[str, Any]) -> dict[str, Any]:
@@ -95,7 +96,8 @@ def runner_step(container: dict[str, Any], volumes: dict[str, Path], endpoint: s
     if endpoint is not None:  # rule 4
         args[args.index("--endpoint") + 1] = endpoint
     env = _env(container, mounts, dict(os.environ))
-    return Step(container["name"], [sys.executable, "-m", "qwen_fleet.cli", "batch-run", *args], env)
+    return Step(container["name"], [sys.executable, "-m", "qwen_fleet.cli", "batch-run", *args], env,
+                volumes["work"])
 
 
 def engine_step(container: dict[str, Any], volumes: dict[str, Path], python: str, model_dir: Path) -> Step:
@@ -111,4 +113,4 @@ def engine_step(container: dict[str, Any], volumes: dict[str, Path], python: str
     args = [_rewrite(a, mounts) for a in command[3:]]
     args[args.index("--model", 1) + 1] = str(model_dir)  # rule 5; args[0] is $0 of the script
     base = {k: v for k, v in os.environ.items() if k not in _DROP_ENV} | ENGINE_ENV
-    return Step(container["name"], ["sh", "-c", script, *args], _env(container, mounts, base))
+    return Step(container["name"], ["sh", "-c", script, *args], _env(container, mounts, base), volumes["work"])
