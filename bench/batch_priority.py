@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.batch_job import pod_containers, rendered_job, runner_step
-from tests.support.serving import NAME, RenderedServer, rendered_server
+from tests.support.serving import NAME, rendered_server
 from tests.support.tiny_qwen import TinyQwen, make_tiny_model, vllm_python
 
 from qwen_fleet import versions
@@ -110,7 +110,7 @@ def _lines(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-def batch_phase(server: RenderedServer, work: Path, input_file: Path, priority: int | None,
+def batch_phase(base_url: str, work: Path, input_file: Path, priority: int | None,
                 concurrency: int | None) -> dict[str, Any]:
     """The rendered Job's runner against the server, with the interactive client beside it."""
     claim, pod_dir = work / "claim", work / "pod"
@@ -119,14 +119,15 @@ def batch_phase(server: RenderedServer, work: Path, input_file: Path, priority: 
     (claim / "in").mkdir()
     (claim / "in" / "input.jsonl").write_bytes(input_file.read_bytes())
     (container,) = pod_containers(rendered_job(batch_spec(priority, concurrency)))
-    step = runner_step(container, {"claim-0": claim, "work": pod_dir}, endpoint=server.base_url)
+    step = runner_step(container, {"claim-0": claim, "work": pod_dir}, endpoint=base_url)
     args = step.argv
     flags = {"concurrency": args[args.index("--concurrency") + 1], "priority": args[args.index("--priority") + 1]}
-    interactive = probe(server.base_url, 0)
+    interactive = probe(base_url, 0)
     time.sleep(1.0)  # the client's first requests are out before the batch starts
     begin = time.time()
     with (work / "runner.log").open("wb") as log:
-        code = subprocess.run(args, env=step.env, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+        code = subprocess.run(args, env=step.env, cwd=step.cwd, stdout=log, stderr=subprocess.STDOUT,
+                              check=False).returncode
     end = time.time()
     requests = probe_results(interactive)
     during = [r for r in requests if begin <= r["start"] < end]
@@ -163,7 +164,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                      ("E", f"batch, priority 0, concurrency {args.saturating_concurrency}", 0,
                       args.saturating_concurrency)]
         for key, label, priority, concurrency in plan:
-            phases[key] = {"label": label, **batch_phase(server, tmp / key, input_file, priority, concurrency)}
+            phases[key] = {"label": label, **batch_phase(server.base_url, tmp / key, input_file, priority, concurrency)}
             print(key, json.dumps(phases[key]["interactive"]), json.dumps(phases[key]["batch"]["completed"]),
                   flush=True)
     a = phases["A"]["interactive"]

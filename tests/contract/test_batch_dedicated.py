@@ -10,18 +10,14 @@ the model change, by the rule in tests/support/batch_job.py.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
-import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from qwen_fleet_dev.processes import _die_with_parent
-from tests.support.batch_job import Step, engine_step, pod_containers, rendered_job, runner_step
+from tests.support.batch_job import rendered_job, run_dedicated_pod
 
 pytestmark = pytest.mark.vllm
 REQUESTS = 200
@@ -54,53 +50,15 @@ def _write_input(path: Path, model: str) -> list[str]:
     return ids
 
 
-def _start(step: Step, log: Path) -> subprocess.Popen[bytes]:
-    """A step as its own process group (the engine's script forks python, which forks the engine core), dying
-    with the test; _stop() ends what is left of the group."""
-    with log.open("ab") as out:
-        out.write(f"# {step.name}: {step.argv}\n".encode())
-        out.flush()
-        return subprocess.Popen(step.argv, env=step.env, cwd=step.cwd, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(30)
-
-
-def _run(step: Step, log: Path, timeout: float) -> int:
-    proc = _start(step, log)
-    try:
-        return proc.wait(timeout)
-    finally:
-        _stop(proc)  # a timeout, or a child the script left behind
-
-
 def _pod(claim: Path, work: Path, log: Path, vllm_python: str, model: Path, engine_runs: bool) -> None:
-    """One pod of the Job: the init container, then the sidecar beside the engine; the init container and the
-    engine must exit 0, the sidecar must outlive the engine and stop on SIGTERM (0, after its last report).
-    When the engine has nothing to run (``engine_runs`` false) it ends within a second, and the SIGTERM may come
-    before the sidecar's interpreter has installed its handler: it then dies of the signal, as it would in a
-    pod, where a sidecar's exit status does not decide the Job."""
-    job = rendered_job(SPEC)
-    stage, progress, engine = pod_containers(job)
-    assert [stage["name"], progress["name"], engine["name"]] == ["stage", "progress", "vllm"]
-    assert progress.get("restartPolicy") == "Always"  # a native sidecar: runs beside the engine
-    volumes = {"claim-0": claim, "work": work}
-    work.mkdir()
-    assert _run(runner_step(stage, volumes), log, 300) == 0, log.read_text()[-4000:]
-    sidecar = _start(runner_step(progress, volumes), log)
-    try:
-        code = _run(engine_step(engine, volumes, vllm_python, model), log, 1800)
-        assert code == 0, log.read_text()[-6000:]
-        assert sidecar.poll() is None, f"the sidecar ended on its own:\n{log.read_text()[-4000:]}"
-        sidecar.send_signal(signal.SIGTERM)  # the kubelet stops a native sidecar once the main container ended
-        sidecar_code = sidecar.wait(60)
-    finally:
-        _stop(sidecar)
-    assert sidecar_code in ((0,) if engine_runs else (0, -signal.SIGTERM)), log.read_text()[-4000:]
+    """One pod of the Job: the init container and the engine must exit 0; the sidecar must outlive the engine
+    and stop on SIGTERM (0, after its last report). When the engine has nothing to run (``engine_runs`` false)
+    it ends within a second, and the SIGTERM may come before the sidecar's interpreter has installed its handler:
+    it then dies of the signal, as it would in a pod, where a sidecar's exit status does not decide the Job."""
+    run = run_dedicated_pod(rendered_job(SPEC), {"claim-0": claim, "work": work}, vllm_python, model, log)
+    assert (run.stage, run.engine) == (0, 0), log.read_text()[-6000:]
+    assert run.sidecar_outlived_engine, log.read_text()[-4000:]
+    assert run.sidecar in ((0,) if engine_runs else (0, -signal.SIGTERM)), log.read_text()[-4000:]
 
 
 def _records(path: Path) -> list[dict[str, object]]:

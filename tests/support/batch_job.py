@@ -19,8 +19,11 @@ verbatim from the Job the operator renders (operator/qwen_fleet/render/batch.py)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
+import signal
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +31,7 @@ from typing import Any
 
 from qwen_fleet.api.batch import QwenBatch
 from qwen_fleet.render.batch import render_job
+from qwen_fleet_dev.processes import _die_with_parent
 
 BATCH_NAME, NAMESPACE = "tiny-batch", "llm"
 RUNNER_IMAGE, ENGINE_IMAGE = "qwen-fleet/operator:test", "vllm/vllm-openai:test"
@@ -114,3 +118,58 @@ def engine_step(container: dict[str, Any], volumes: dict[str, Path], python: str
     args[args.index("--model", 1) + 1] = str(model_dir)  # rule 5; args[0] is $0 of the script
     base = {k: v for k, v in os.environ.items() if k not in _DROP_ENV} | ENGINE_ENV
     return Step(container["name"], ["sh", "-c", script, *args], _env(container, mounts, base), volumes["work"])
+
+
+def start(step: Step, log: Path) -> subprocess.Popen[bytes]:
+    """A step as its own process group (the engine's script forks python, which forks the engine core), dying
+    with the test process; stop() ends what is left of the group."""
+    with log.open("ab") as out:
+        out.write(f"# {step.name}: {step.argv}\n".encode())
+        out.flush()
+        return subprocess.Popen(step.argv, env=step.env, cwd=step.cwd, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+
+
+@dataclass(frozen=True)
+class PodRun:
+    stage: int  # exit status of the init container
+    engine: int | None  # of the engine container; None when the init container failed (it never starts)
+    sidecar_outlived_engine: bool
+    sidecar: int | None  # after SIGTERM
+
+
+def run_dedicated_pod(job: dict[str, Any], volumes: dict[str, Path], python: str, model_dir: Path, log: Path,
+                      engine_timeout: float = 1800) -> PodRun:
+    """One pod of a rendered dedicated Job, in the kubelet's order: the init container to its end; then the native
+    sidecar, and the engine beside it; the sidecar gets SIGTERM once the engine has ended."""
+    stage, progress, engine = pod_containers(job)
+    if [stage["name"], progress["name"], engine["name"]] != ["stage", "progress", "vllm"] \
+            or progress.get("restartPolicy") != "Always":
+        raise ValueError("not the dedicated Job's layout (stage, progress sidecar, vllm)")
+    volumes["work"].mkdir(parents=True, exist_ok=True)
+    proc = start(runner_step(stage, volumes), log)
+    try:
+        stage_code = proc.wait(300)
+    finally:
+        stop(proc)
+    if stage_code != 0:
+        return PodRun(stage_code, None, False, None)
+    sidecar = start(runner_step(progress, volumes), log)
+    try:
+        proc = start(engine_step(engine, volumes, python, model_dir), log)
+        try:
+            engine_code = proc.wait(engine_timeout)
+        finally:
+            stop(proc)  # a timeout, or a child the script left behind
+        outlived = sidecar.poll() is None
+        sidecar.send_signal(signal.SIGTERM)
+        sidecar_code = sidecar.wait(60)
+    finally:
+        stop(sidecar)
+    return PodRun(stage_code, engine_code, outlived, sidecar_code)
