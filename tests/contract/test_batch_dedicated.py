@@ -19,7 +19,7 @@ import pytest
 
 from tests.support.batch_job import rendered_job, run_dedicated_pod
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # starts an engine of its own
 REQUESTS = 200
 MAX_TOKENS = 8
 # 1-based line numbers of the malformed lines in the input, and what the stage must say of each.
