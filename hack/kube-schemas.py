@@ -3,7 +3,7 @@ third-party CRDs installed (kubeconform's own schema repository cannot be downlo
 
     .venv/bin/python hack/kube-schemas.py     prints the folder (a cache: $QF_CACHE/kube-schemas/<key>)
 
-It starts the local control plane once (~15 s), installs crds/qwenfleet.io_qweninferences.yaml and the CRDs of
+It starts the local control plane once (~15 s), installs our CRDs (crds/*.yaml) and the CRDs of
 hack/third-party-crds.sh, reads /openapi/v2 and writes kubeconform's layout: ``_definitions.json`` (every
 definition) and one ``<kind>-<group prefix>-<version>.json`` per kind that ``$ref``s into it; use
 ``-schema-location '<folder>/{{ .ResourceKind }}{{ .KindSuffix }}.json'``. The schemas are strict:
@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "operator"))
 from qwen_fleet import versions  # noqa: E402
 from qwen_fleet_dev.binaries import cache_root  # noqa: E402
 
-OUR_CRD = ROOT / "crds" / "qwenfleet.io_qweninferences.yaml"
+OUR_CRDS = sorted((ROOT / "crds").glob("*.yaml"))  # QwenInference and QwenBatch
 # Definitions the apiserver decodes from a string or a number (IntOrString, resource.Quantity).
 GENERIC = "io.k8s.apimachinery."  # meta kinds every group-version lists (DeleteOptions, WatchEvent, ...)
 STRING_OR_NUMBER = ("io.k8s.apimachinery.pkg.util.intstr.IntOrString", "io.k8s.apimachinery.pkg.api.resource.Quantity")
@@ -44,7 +44,7 @@ STRING_OR_NUMBER = ("io.k8s.apimachinery.pkg.util.intstr.IntOrString", "io.k8s.a
 def crd_files() -> list[Path]:
     out = subprocess.run([str(ROOT / "hack" / "third-party-crds.sh")], check=True, capture_output=True, text=True)
     folder = Path(out.stdout.strip().splitlines()[-1])
-    return [OUR_CRD, *sorted(folder.glob("*.yaml"))]
+    return [*OUR_CRDS, *sorted(folder.glob("*.yaml"))]
 
 
 def cache_key(files: list[Path]) -> str:

@@ -4,7 +4,8 @@ generated from the real kube-apiserver (hack/kube-schemas.py).
     .venv/bin/python hack/validate-manifests.py <kubeconform> <schema folder>
 
 Validated: `helm template` of the chart for every values combination the chart tests render
-(tests/chart/support.py VALUES_CASES), `qwen-fleet render` of every example, and the examples themselves.
+(tests/chart/support.py VALUES_CASES), `qwen-fleet render` of every example, the examples themselves, and for
+each QwenBatch example (examples/batch/) what the operator creates for it (render/batch.py).
 First a self-check: manifests with a misspelled field must be refused, or the run fails (a validator that
 accepts everything would otherwise pass silently).
 """
@@ -22,6 +23,7 @@ sys.path.insert(0, str(ROOT))
 from tests.chart.support import VALUES_CASES, template_text  # noqa: E402
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+BATCH_EXAMPLES = sorted((ROOT / "examples" / "batch").glob("*.yaml"))
 # Each must be refused: a misspelled field in a core kind, in a Prometheus Operator kind, in our own kind.
 MUST_FAIL = {
     "Deployment spec.replica": "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec:\n  replica: 2\n"
@@ -52,7 +54,26 @@ def sources() -> dict[str, str]:
                                   check=True, capture_output=True, text=True)
         out[f"qwen-fleet render {example.name}"] = rendered.stdout
         out[f"examples/{example.name}"] = example.read_text()
+    for example in BATCH_EXAMPLES:
+        out[f"examples/batch/{example.name}"] = example.read_text()
+        out[f"QwenBatch children of {example.name}"] = _batch_children(example)
     return out
+
+
+def _batch_children(example: Path) -> str:
+    import yaml
+
+    from qwen_fleet.api.batch import QwenBatch
+    from qwen_fleet.config import OperatorConfig
+    from qwen_fleet.render.batch import render_batch_children
+
+    config = OperatorConfig()
+    children: list[dict[str, object]] = []
+    for doc in yaml.safe_load_all(example.read_text()):  # an example may carry its input ConfigMap too
+        if doc and doc.get("kind") == "QwenBatch":
+            batch = QwenBatch.model_validate(doc)
+            children += render_batch_children(batch, config.runner_image, config.default_image)
+    return yaml.safe_dump_all(children, sort_keys=False)
 
 
 def main(binary: str, schemas: str) -> int:
