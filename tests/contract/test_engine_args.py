@@ -243,9 +243,11 @@ def serving_specs(draw: st.DrawFn) -> dict[str, Any]:
     image, video = st.integers(0, 8), st.integers(0, 2)
     limits = st.one_of(st.fixed_dictionaries({"image": image, "video": video}), st.fixed_dictionaries({"image": image}),
                        st.fixed_dictionaries({"video": video}))
-    serving["multimodal"] = maybe(st.one_of(
-        st.fixed_dictionaries({"limitsPerPrompt": limits}, optional={"languageModelOnly": st.just(False)}),
-        st.just({"languageModelOnly": True})))
+    # Language-model-only is drawn twice as often as media limits: it renders only on the few vision models of
+    # FAMILY_DEFAULTS, and the corpus check below wants it at least 10 times.
+    serving["multimodal"] = maybe(st.integers(0, 2).flatmap(lambda pick: st.fixed_dictionaries(
+        {"limitsPerPrompt": limits}, optional={"languageModelOnly": st.just(False)}) if pick == 0
+        else st.just({"languageModelOnly": True})))
     return {k: v for k, v in serving.items() if v is not None}
 
 
@@ -282,7 +284,7 @@ def parser(vllm_python: str) -> Any:
 CHECKED: list[str] = []
 
 
-@settings(max_examples=250, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=400, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(engine_specs())
 def test_generated_specs_parse_with_the_spec_values(parser: Parser, spec: dict[str, Any]) -> None:
     cr = _cr(spec, f"gen-{len(CHECKED)}")
@@ -303,5 +305,5 @@ def test_the_generated_corpus_was_large_enough() -> None:
     Qwen layer's flags (parsers, thinking, pooling runner, YaRN overrides) were among them many times each."""
     assert len(CHECKED) >= 200, len(CHECKED)
     counts = {flag: QWEN_FLAGS_SEEN.count(flag) for flag in (*QWEN_FLAGS, "yarn")}
-    assert min(counts.values()) >= 10, counts
+    assert min(counts.values()) >= 10, sorted(counts.items(), key=lambda kv: kv[1])[:3]
     print(counts)
