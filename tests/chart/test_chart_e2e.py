@@ -139,9 +139,13 @@ DENIED = [
     ("delete", "services", "-n", TEAM),
     ("create", "qweninferences.qwenfleet.io", "-n", TEAM), ("patch", "qweninferences.qwenfleet.io", "-n", TEAM),
     ("delete", "qweninferences.qwenfleet.io", "-n", TEAM), ("delete", "pods", "-n", TEAM),
-    ("create", "pods", "-n", TEAM), ("create", "serviceaccounts/token", "-n", SYSTEM),
-    ("escalate", "clusterroles"), ("bind", "clusterroles"), ("impersonate", "users"),
-    ("patch", "customresourcedefinitions"), ("get", "configmaps", "-n", TEAM),
+    # Minting tokens: the batch runner's ServiceAccount may be created (and a Role bound to it), never a token
+    # asked for. (`serviceaccounts/token` without --subresource would ask about a ServiceAccount named "token".)
+    ("create", "pods", "-n", TEAM), ("create", "serviceaccounts", "--subresource=token", "-n", SYSTEM),
+    ("create", "serviceaccounts", "--subresource=token", "-n", TEAM),
+    ("escalate", "clusterroles"), ("bind", "clusterroles"), ("escalate", "roles", "-n", TEAM),
+    ("bind", "roles", "-n", TEAM), ("impersonate", "users"), ("patch", "customresourcedefinitions"),
+    ("delete", "roles", "-n", TEAM), ("delete", "serviceaccounts", "-n", TEAM),
 ]
 ALLOWED = [
     ("patch", "deployments", "-n", TEAM), ("create", "deployments", "-n", TEAM),
@@ -149,6 +153,10 @@ ALLOWED = [
     ("delete", "deployments", "-n", TEAM),
     ("delete", "horizontalpodautoscalers", "-n", TEAM), ("list", "pods", "-A"),
     ("patch", "qweninferences.qwenfleet.io", "--subresource=status", "-n", TEAM), ("create", "events", "-n", TEAM),
+    # A QwenBatch's runner gets a Role of its own; RBAC lets the operator grant only what it holds itself, so it
+    # holds get on ConfigMaps (the output ConfigMap's); it could list and watch them before.
+    ("create", "serviceaccounts", "-n", TEAM), ("create", "roles", "-n", TEAM), ("create", "rolebindings", "-n", TEAM),
+    ("get", "configmaps", "-n", TEAM), ("create", "jobs", "-n", TEAM),
 ]
 
 
