@@ -401,3 +401,24 @@ def test_values_read_since_from_launch_configs() -> None:
     assert (big.moe_intermediate_size, big.shared_expert_intermediate_size) == (1024, 1024)
     assert (a3b.moe_intermediate_size, a3b.shared_expert_intermediate_size) == (512, 512)
     assert big.unverified_fields == () and a3b.unverified_fields == ()
+
+
+def test_values_read_from_config_copies() -> None:
+    """Values read from vendored config.json copies (docs/catalog.md, "Verified since", issue 19's catalog pass)."""
+    expected = {  # name: (vocab_size, tie_word_embeddings, dtype, native_context)
+        "Qwen/Qwen3-Reranker-0.6B": (151669, True, "bfloat16", 40960),
+        "Qwen/Qwen3-Embedding-0.6B": (151669, True, "bfloat16", 32768),
+        "Qwen/Qwen3-Embedding-4B": (151665, True, "bfloat16", 40960),
+        "Qwen/Qwen3-Embedding-8B": (151665, False, "bfloat16", 40960),
+        "Qwen/Qwen3-Coder-30B-A3B-Instruct": (151936, False, "bfloat16", 262144),
+        "Qwen/Qwen3.5-9B": (248320, False, "bfloat16", 262144),
+        "Qwen/Qwen-7B": (151936, False, "bfloat16", 8192),
+    }
+    for name, values in expected.items():
+        model = find_model(name)
+        assert model is not None, name
+        assert (model.vocab_size, model.tie_word_embeddings, model.dtype, model.native_context) == values, name
+        assert model.unverified_fields == (), name
+    big = find_model("Qwen/Qwen3.5-122B-A10B")
+    assert big is not None and big.linear_attention is not None
+    assert big.linear_attention.conv_kernel_size == 4 and big.unverified_fields == ()

