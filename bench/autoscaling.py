@@ -276,7 +276,22 @@ class Scenario:
                     return value
             time.sleep(0.25)
         raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}; last samples: "
-                           f"{[asdict(s) for s in self.rec.samples[-3:]]}")
+                           f"{[asdict(s) for s in self.rec.samples[-3:]]}; {self._state()}")
+
+    def _state(self) -> str:
+        """What a timeout message needs to be read without a rerun: the sampler's notes (a sample that failed
+        says why) and the conditions the HPA and the CR show now."""
+        out = [f"notes: {self.rec.notes[-5:]}"]
+        for name, get in (("HPA", self.hpa), ("CR", self.qwi)):
+            try:
+                obj = get() or {}
+            except Exception as err:  # the message is for a failure already on its way
+                out.append(f"{name}: unreadable ({err!r})"[:300])
+                continue
+            conds = [(c.get("type"), c.get("status"), c.get("reason"))
+                     for c in (obj.get("status") or {}).get("conditions") or []]
+            out.append(f"{name} conditions now: {conds}")
+        return "; ".join(out)
 
     def replicas(self) -> int:
         return int((self.deployment() or {}).get("spec", {}).get("replicas") or 0)
