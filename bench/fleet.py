@@ -39,6 +39,9 @@ def resources(n: int) -> list[dict[str, Any]]:
     examples = [yaml.safe_load(p.read_text()) for p in sorted((ROOT / "examples").glob("*.yaml"))]
     # GPU fleets only (a device: CPU example cannot be pinned to a GPU product), as in earlier runs.
     examples = [doc for doc in examples if doc["spec"].get("device", "GPU") == "GPU"]
+    # Single-node fleets only: a multi-node one is a LeaderWorkerSet, whose controller the bench cluster does not
+    # run (its Ready needs real groups), and the bare-client limit measures Deployments becoming Available.
+    examples = [doc for doc in examples if int((doc["spec"].get("parallelism") or {}).get("nodes") or 1) == 1]
     docs = []
     for i in range(n):
         doc = json.loads(json.dumps(examples[i % len(examples)]))
