@@ -13,7 +13,7 @@ import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, TypeGuard
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeGuard
 
 from pydantic import (
     AfterValidator,
@@ -321,3 +321,18 @@ def map_keys_rule(field: str, pattern: str, what: str) -> Rule:
 
 def _snake(camel: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()
+
+
+class NamedObject:
+    """The name and namespace of a top-level kind, read from its ``metadata`` field (mixed into our kinds)."""
+
+    if TYPE_CHECKING:  # the kind declares the field; an annotation here would become a field of its own, first
+        metadata: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata.get("name", ""))
+
+    @property
+    def namespace(self) -> str:
+        return str(self.metadata.get("namespace") or "default")

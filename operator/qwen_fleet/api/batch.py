@@ -19,6 +19,7 @@ from qwen_fleet.api.base import (
     RESOURCE_NAME,
     TOKEN,
     ApiModel,
+    NamedObject,
     Quantity,
     Rule,
 )
@@ -193,7 +194,7 @@ BATCH_NAME_RULE = Rule(
 )
 
 
-class QwenBatch(ApiModel, rules=[BATCH_NAME_RULE, NAME_FORMAT_RULE]):
+class QwenBatch(NamedObject, ApiModel, rules=[BATCH_NAME_RULE, NAME_FORMAT_RULE]):
     """A batch of OpenAI-format requests run by a Job, through a fleet or on dedicated GPUs."""
 
     api_version: Literal["qwenfleet.io/v1alpha1"] = Field(default="qwenfleet.io/v1alpha1", alias="apiVersion",
@@ -202,12 +203,4 @@ class QwenBatch(ApiModel, rules=[BATCH_NAME_RULE, NAME_FORMAT_RULE]):
     metadata: dict[str, Any] = Field(default_factory=dict, description="Standard object metadata.")
     spec: QwenBatchSpec = Field(description="Desired state.")
     status: QwenBatchStatus | None = Field(default=None, description="Observed state.")
-
-    @property
-    def name(self) -> str:
-        return str(self.metadata.get("name", ""))
-
-    @property
-    def namespace(self) -> str:
-        return str(self.metadata.get("namespace") or "default")
 

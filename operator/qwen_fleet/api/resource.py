@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from qwen_fleet.api.base import ApiModel, Rule
+from qwen_fleet.api.base import ApiModel, NamedObject, Rule
 from qwen_fleet.api.engine import EngineSpec, ModelSpec
 from qwen_fleet.api.fleet import GpuSpec, NcclSpec, Parallelism, Resources, Scheduling, ServiceSpec
 from qwen_fleet.api.scaling import Autoscaling, Monitoring, Rollout
@@ -254,7 +254,7 @@ def _dns1035(name: str) -> bool:
     return bool(re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name))  # not match: `$` allows a trailing newline
 
 
-class QwenInference(ApiModel, rules=[NAME_RULE, NAME_FORMAT_RULE]):
+class QwenInference(NamedObject, ApiModel, rules=[NAME_RULE, NAME_FORMAT_RULE]):
     """A fleet of vLLM servers for one Qwen model, with its Service and autoscaler."""
 
     api_version: Literal["qwenfleet.io/v1alpha1"] = Field(default="qwenfleet.io/v1alpha1", alias="apiVersion",
@@ -263,11 +263,3 @@ class QwenInference(ApiModel, rules=[NAME_RULE, NAME_FORMAT_RULE]):
     metadata: dict[str, Any] = Field(default_factory=dict, description="Standard object metadata.")
     spec: QwenInferenceSpec = Field(description="Desired state.")
     status: QwenInferenceStatus | None = Field(default=None, description="Observed state.")
-
-    @property
-    def name(self) -> str:
-        return str(self.metadata.get("name", ""))
-
-    @property
-    def namespace(self) -> str:
-        return str(self.metadata.get("namespace") or "default")
