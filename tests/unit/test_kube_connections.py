@@ -6,7 +6,6 @@ still reach the server. Counts come from the server's accepts and from the ssl m
 from __future__ import annotations
 
 import asyncio
-import json
 import ssl
 import subprocess
 import threading
@@ -79,7 +78,7 @@ class Handler(BaseHTTPRequestHandler):
 
     do_GET = do_PATCH = do_POST = _answer
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the stdlib's name)
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
