@@ -167,6 +167,10 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
     ),
     ModelFacts(
         name="Qwen/Qwen3.5-122B-A10B",
+        # text_config of the FP8 release's config in alibaba/InferSim: moe_intermediate_size 1024,
+        # shared_expert_intermediate_size 1024 (quantization leaves the layer widths alone).
+        moe_intermediate_size=1024,
+        shared_expert_intermediate_size=1024,
         family="qwen3.5",
         params_billion=122.0,
         active_params_billion=10.0,
