@@ -403,6 +403,25 @@ def test_values_read_since_from_launch_configs() -> None:
     assert big.unverified_fields == () and a3b.unverified_fields == ()
 
 
+def test_qwen3_vl_30b_checkpoint_count_from_a_tensor_census() -> None:
+    """joshuahickscorp/hawking's census of the checkpoint: 31,070,754,032 parameters (docs/catalog.md)."""
+    vl = find_model("Qwen/Qwen3-VL-30B-A3B-Instruct")
+    assert vl is not None and vl.checkpoint_params_billion == 31.07 and vl.unverified_fields == ()
+
+
+def test_qwen3_8b_fp8_runs_in_bfloat16() -> None:
+    """vLLM with dtype auto resolved torch.bfloat16 for Qwen/Qwen3-8B-FP8 (ROCm/ROCm#5567, docs/catalog.md)."""
+    fp8 = find_model("Qwen/Qwen3-8B-FP8")
+    assert fp8 is not None and (fp8.dtype, fp8.weight_quantization, fp8.unverified_fields) == ("bfloat16", "fp8", ())
+
+
+def test_qwen36_27b_mlp_width_read_from_a_parsed_config() -> None:
+    """ohdearquant/lattice's Qwen3.6-27B preset and its test on the downloaded config.json: intermediate_size 17408
+    (docs/catalog.md, "Verified since")."""
+    dense = find_model("Qwen/Qwen3.6-27B")
+    assert dense is not None and dense.intermediate_size == 17408 and dense.unverified_fields == ()
+
+
 def test_values_read_from_config_copies() -> None:
     """Values read from vendored config.json copies (docs/catalog.md, "Verified since", issue 19's catalog pass)."""
     expected = {  # name: (vocab_size, tie_word_embeddings, dtype, native_context)

@@ -73,7 +73,9 @@ NVIDIA_MIG = {
     "NVIDIA-H100-PCIe": ["1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"],
     "NVIDIA-H100-NVL": ["1g.12gb", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb"],
     "NVIDIA-H200": ["1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"],
-    "NVIDIA-H20": ["1g.12gb", "2g.24gb", "3g.48gb"],
+    # NVIDIA's vGPU types reference, "MIG-Backed NVIDIA vGPU for Compute for NVIDIA H20 SXM5 96GB" (GPU instance
+    # profile column), and the MIG user guide's "H100 96GB (H100 on GH200)" table.
+    "NVIDIA-H20": ["1g.12gb", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb"],
     "NVIDIA-B200": ["1g.23gb", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"],
 }
 
@@ -91,6 +93,8 @@ def test_the_catalog_lists_nvidias_mig_profiles_per_gpu() -> None:
     ("NVIDIA-B200", "7g.180gb", 167.64),
     ("NVIDIA-A100-SXM4-40GB", "1g.5gb", 4.66),
     ("NVIDIA-H100-NVL", "3g.47gb", 43.77),
+    ("NVIDIA-H20", "7g.96gb", 89.41),  # 96e9 bytes
+    ("NVIDIA-H20", "4g.48gb", 44.70),
 ])
 def test_the_planner_uses_the_profiles_memory(product: str, mig: str, gib: float) -> None:
     cr = cr_of({"product": product, "sharing": {"mig": mig}}, engine={"maxModelLen": 2048})

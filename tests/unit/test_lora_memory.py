@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from qwen_fleet.api import QwenInference
 from qwen_fleet.catalog import find_model
+from qwen_fleet.catalog.types import LinearAttentionFacts, ModelFacts
 from qwen_fleet.config import OperatorConfig
 from qwen_fleet.plan import make_plan
 from qwen_fleet.plan.capacity import CapacityInput, plan_capacity
@@ -70,10 +73,66 @@ def test_the_kv_cache_shrinks_by_exactly_the_lora_buffers() -> None:
     assert without.lora_bytes_per_gpu == 0
 
 
-def test_a_model_without_mlp_widths_is_planned_with_a_warning() -> None:
-    cap = capacity("Qwen/Qwen3.5-122B-A10B", max_loras=1, tensor_parallel=4)
+def test_qwen35_122b_hybrid_moe_on_four_gpus() -> None:
+    # text_config (alibaba/InferSim's copy): hidden 3072, 32 q / 2 kv heads x 256 with the output gate (q twice as
+    # wide), 12 full + 36 Gated DeltaNet layers (16 key heads, 64 value heads, x 128), 256 experts of 1024 plus a
+    # shared expert of 1024, vocab 248320. Rank 8, one adapter, tensor 4: each rank holds one replicated KV head.
+    qkv = 3 * 8 * 3072 + 8 * (32 * 256 * 2 // 4 + 256 + 256)
+    o_proj = 8 * (32 * 256 // 4) + 3072 * 8
+    assert qkv + o_proj == 151_552
+    in_proj_qkvz = 2 * 8 * 3072 + 8 * ((2 * 16 * 128 + 64 * 128) // 4 + 64 * 128 // 4)
+    in_proj_ba = 2 * 8 * 3072 + 8 * (64 // 4 + 64 // 4)
+    out_proj = 8 * (64 * 128 // 4) + 3072 * 8
+    assert in_proj_qkvz + in_proj_ba + out_proj == 180_480
+    experts = 256 * 8 * (3 * 3072 + 3 * (1024 // 4))
+    router = 8 * (3072 + 256)
+    shared = (2 * 8 * 3072 + 8 * (256 + 256)) + (8 * 256 + 3072 * 8) + 8 * (3072 + 1)  # gate_up, down, gate
+    assert experts + router + shared == 20_578_312
+    per_adapter = 12 * 151_552 + 36 * 180_480 + 48 * 20_578_312 + 2 * 8 * (248320 + 3072)
+    expected = per_adapter * BF16
+    assert expected == 2_000_194_304
+    cap = capacity("Qwen/Qwen3.5-122B-A10B", max_loras=1, max_lora_rank=8, tensor_parallel=4)
+    assert cap.lora_bytes_per_gpu == expected
+    assert not any("LoRA buffers not counted" in w for w in cap.warnings)
+
+
+# Made-up entries, not catalogue models: one MoE model without its expert width, one hybrid MoE model (which also
+# runs a shared expert) without the shared expert's width.
+_MOE_WITHOUT_WIDTHS = ModelFacts(
+    name="example/moe-without-widths", family="qwen3", params_billion=30.0, num_layers=48,
+    full_attention_layers=48, num_attention_heads=32, num_kv_heads=4, head_dim=128, hidden_size=2048,
+    vocab_size=151936, native_context=40960, active_params_billion=3.0, num_experts=128, experts_per_token=8)
+_HYBRID_WITHOUT_SHARED_WIDTH = ModelFacts(
+    name="example/hybrid-moe-without-shared-width", family="qwen3.5", params_billion=35.0, num_layers=40,
+    full_attention_layers=10, full_attention_interval=4, num_attention_heads=16, num_kv_heads=2, head_dim=256,
+    hidden_size=2048, vocab_size=248320, native_context=262144, active_params_billion=3.0, num_experts=256,
+    experts_per_token=8, moe_intermediate_size=512,
+    linear_attention=LinearAttentionFacts(num_key_heads=16, num_value_heads=32, key_head_dim=128,
+                                          value_head_dim=128, conv_kernel_size=4))
+
+
+@pytest.mark.parametrize(("model", "missing"), [
+    (_MOE_WITHOUT_WIDTHS, "moe_intermediate_size"),
+    (_HYBRID_WITHOUT_SHARED_WIDTH, "shared_expert_intermediate_size"),
+])
+def test_a_model_without_mlp_widths_is_planned_with_a_warning(model: ModelFacts, missing: str) -> None:
+    cap = plan_capacity(CapacityInput(model=model, gpu_memory_gib=80.0, max_loras=1, tensor_parallel=2))
     assert cap.lora_bytes_per_gpu == 0
-    assert any("LoRA buffers not counted" in w and "moe_intermediate_size" in w for w in cap.warnings)
+    assert [w for w in cap.warnings if "LoRA buffers not counted" in w] == [
+        f"LoRA buffers not counted for {model.name}: the catalog lacks its {missing} "
+        "(the KV cache will be smaller than planned)"]
+    # Without adapters there is nothing to warn about.
+    plain = plan_capacity(CapacityInput(model=model, gpu_memory_gib=80.0, tensor_parallel=2))
+    assert not any("LoRA buffers not counted" in w for w in plain.warnings)
+
+
+def test_every_catalogued_moe_model_carries_its_widths() -> None:
+    from qwen_fleet.catalog import all_models
+
+    lacking = {m.name: [w for w in ("moe_intermediate_size", "shared_expert_intermediate_size")
+                        if getattr(m, w) is None and (w == "moe_intermediate_size" or m.is_hybrid)]
+               for m in all_models() if m.is_moe}
+    assert {name: widths for name, widths in lacking.items() if widths} == {}
 
 
 def spec_with_adapters(count: int, rank: int, max_model_len: int = 16384) -> QwenInference:

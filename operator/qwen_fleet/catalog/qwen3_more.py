@@ -107,18 +107,21 @@ QWEN3_EMBEDDING_4B = _embedding(QWEN3_4B, "4B")
 QWEN3_EMBEDDING_8B = _embedding(QWEN3_8B, "8B")
 
 
-def _vl(base: ModelFacts, repo: str, checkpoint: float, vision: float, unverified: tuple[str, ...] = ()) -> ModelFacts:
+def _vl(base: ModelFacts, repo: str, checkpoint: float, vision: float, *extra_sources: str) -> ModelFacts:
     """A Qwen3-VL checkpoint: its language model is `base`'s architecture with a 262,144 window."""
     return replace(base, name=repo, family="qwen3-vl", native_context=_CONTEXT_2507, serving=QWEN3_INSTRUCT_2507,
                    checkpoint_params_billion=checkpoint, vision_params_billion=vision, base_model=None,
-                   aliases=(), unverified_fields=unverified, sources=_sources(repo))
+                   aliases=(), sources=_sources(repo, *extra_sources))
 
 
 QWEN3_VL_8B_INSTRUCT = _vl(QWEN3_8B, "Qwen/Qwen3-VL-8B-Instruct", 8.77,
                            qwen3_vision_params_billion(out_hidden=4096, deepstack=3))
+# 31.07: a tensor census of the checkpoint (Hugging Face snapshot 9c4b90e1) in joshuahickscorp/hawking sums its
+# 882 tensors to 31,070,754,032 parameters (62,141,508,064 bytes at 16 bits).
 QWEN3_VL_30B_A3B_INSTRUCT = _vl(QWEN3_30B_A3B, "Qwen/Qwen3-VL-30B-A3B-Instruct", 31.07,
                                 qwen3_vision_params_billion(out_hidden=2048, deepstack=3),
-                                unverified=("checkpoint_params_billion",))
+                                "https://github.com/joshuahickscorp/hawking/blob/e9d354ed02f52fb24279acb3f7c68593be31a20f/"
+                                "workspace/campaign/odyssey/patients/O006/census.json")
 
 # Qwen1 (2023): QWenLMHeadModel, remote code. vLLM dropped the architecture after v0.23.0.
 QWEN_7B = ModelFacts(
