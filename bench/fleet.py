@@ -115,14 +115,18 @@ def bare_limit(docs: list[dict[str, Any]], workdir: Path, timeout: float) -> dic
         api = api_client(str(cluster.kubeconfig))
         deps = Recorder(api, f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments",
                         {"created": exists, "available": deployment_available}).start()
+        pids = {**cluster.pids(), "bench client": os.getpid()}
+        cpu0 = _cpu_seconds(pids)
         start = time.monotonic()
         _apply_all(cluster, children)
         applied = time.monotonic() - start
         done = deps.wait("available", len(docs), timeout)
         total = time.monotonic() - start
+        cpu = _cpu_during(cpu0, _cpu_seconds(pids))
         deps.stop()
         return {"children": len(children), "apply_seconds": round(applied, 2), "all_available_seconds":
-                round(total, 2), "completed": done, "available": deps.count("available")}
+                round(total, 2), "completed": done, "available": deps.count("available"),
+                "cpu_seconds_by_process": cpu}
     finally:
         cluster.cleanup()
 
@@ -134,6 +138,24 @@ def _rss_cpu(pid: int) -> tuple[float, float]:
     ticks = os.sysconf("SC_CLK_TCK")
     cpu = (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
     return rss_kib / 1024, cpu
+
+
+def _cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds (user + system) each process has used so far; one that has exited is left out."""
+    out = {}
+    for name, pid in pids.items():
+        try:
+            out[name] = _rss_cpu(pid)[1]
+        except (OSError, StopIteration):
+            continue
+    return out
+
+
+def _cpu_during(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Where the machine's CPU went between two readings, by process: on a 2-core machine the burst is a race
+    for the same two cores between the operator and the control plane that serves its writes."""
+    return {name: round(after[name] - before[name], 1) for name in sorted(after, key=lambda n: before.get(n, 0)
+                                                                          - after[n]) if name in before}
 
 
 def _reconciles(operator: OperatorProcess, result: str) -> float:
@@ -171,12 +193,15 @@ def with_operator(docs: list[dict[str, Any]], workdir: Path, timeout: float, ste
         with ExitStack() as stack:
             if profile_dir is not None:
                 stack.enter_context(profile.record(operator.proc.pid, profile_dir / f"burst-n{len(docs)}.txt"))
+            pids = {**cluster.pids(), "operator": operator.proc.pid, "bench client": os.getpid()}
+            cpu0 = _cpu_seconds(pids)
             start = time.monotonic()
             since = time.time()
             submitted = _apply_all(cluster, docs)
             applied = time.monotonic() - start
             done = qwis.wait("ready", len(docs), timeout)
             total = time.monotonic() - start
+            cpu = _cpu_during(cpu0, _cpu_seconds(pids))
         writes = audit_writes(cluster, since)
         to_deploy = [deps.first["created"][k] - t for k, t in submitted.items() if k in deps.first["created"]]
         to_ready = [qwis.first["ready"][k] - t for k, t in submitted.items() if k in qwis.first["ready"]]
@@ -187,7 +212,7 @@ def with_operator(docs: list[dict[str, Any]], workdir: Path, timeout: float, ste
                         "operator_writes": len(writes),
                         "operator_writes_per_fleet": round(len(writes) / len(docs), 3),
                         "writes_per_fleet_by_kind": _writes_by_kind(writes, len(docs)),
-                        "rss_idle_mib": round(rss_idle, 1)}
+                        "rss_idle_mib": round(rss_idle, 1), "cpu_seconds_by_process": cpu}
         if profile_dir is not None:
             out["burst"]["profile"] = profile.summarize((profile_dir / f"burst-n{len(docs)}.txt").read_text())
         # Settle before measuring steady state: HPAs first report their conditions within two sync periods
