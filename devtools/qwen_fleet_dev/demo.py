@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -171,7 +170,11 @@ def run_demo(example: Path, keep: bool = True, real_node: bool = False) -> int:
         say(f"{name} is Ready ({time.monotonic() - began:.1f}s since start)")
         if keep:
             say(f"running; try: KUBECONFIG={kubeconfig} kubectl get qwi -A. Ctrl-C stops everything.")
-            signal.pause()
+            # Not signal.pause(): a SIGINT that lands after Python's last check for signals and before the
+            # pause(2) call is handled only by the next signal, so Ctrl-C would wait forever. A short sleep
+            # in a loop raises the pending KeyboardInterrupt within half a second.
+            while True:
+                time.sleep(0.5)
         return 0
     except DemoError as exc:
         print(f"qwen-fleet: {exc}", file=sys.stderr)

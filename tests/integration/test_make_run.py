@@ -3,6 +3,7 @@ status shown; Ctrl-C (SIGINT) stops everything it started."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -38,6 +39,27 @@ def _descendants(pid: int) -> set[int]:
     return out
 
 
+def _stuck(proc: subprocess.Popen[str], started: set[int]) -> str:
+    """Where a run that does not stop is: its Python stack (py-spy), what it printed, which of its processes
+    live; then it and they are killed."""
+    dump = subprocess.run([str(Path(sys.executable).parent / "py-spy"), "dump", "--pid", str(proc.pid)],
+                          capture_output=True, text=True, timeout=60)
+    live = [p for p in started if alive(p)]
+    names = {p: _name(p) for p in live}
+    for pid in [proc.pid, *live]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    out = proc.stdout.read() if proc.stdout else ""
+    return f"py-spy dump:\n{dump.stdout}{dump.stderr}\nprinted after SIGINT:\n{out}\nstill alive: {names}"
+
+
+def _name(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "comm").read_text().strip()
+    except OSError:
+        return "?"
+
+
 def test_run_brings_an_example_to_ready_and_ctrl_c_stops_everything() -> None:
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     proc = subprocess.Popen([sys.executable, "-m", "qwen_fleet.cli", "run"], cwd=ROOT, env=env, text=True,
@@ -59,7 +81,11 @@ def test_run_brings_an_example_to_ready_and_ctrl_c_stops_everything() -> None:
     started = _descendants(proc.pid)
     assert len(started) >= 6  # etcd, apiserver, controller-manager, scheduler, kwok, operator
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=60) == 0
+    try:
+        code = proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("`qwen-fleet run` did not stop within 60 s of SIGINT:\n" + _stuck(proc, started)) from None
+    assert code == 0
     rest = proc.stdout.read()
     assert "stopped everything this run started" in rest
     deadline = time.monotonic() + 30
