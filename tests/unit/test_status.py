@@ -90,7 +90,7 @@ def test_hpa_conditions_are_mirrored_in_words() -> None:
         {"type": "ScalingActive", "status": "True", "reason": "ValidMetricFound", "message": "ok"},
         {"type": "ScalingLimited", "status": "True", "reason": "TooManyReplicas",
          "message": "the desired replica count is more than the maximum replica count"}]}}
-    st = compute_status(None, 1, Outcome.applied(), PLAN, Observed(deployment=_dep(), hpa=hpa), T0)
+    st = compute_status(None, 1, Outcome.applied(), PLAN, Observed(deployment=_dep(), autoscaler=hpa), T0)
     assert _conds(st)["ScalingLimited"] == ("True", "TooManyReplicas")
     assert st["autoscaling"]["desiredReplicas"] == 4
     assert "more than the maximum" in st["autoscaling"]["message"]
