@@ -149,17 +149,18 @@ def test_a_pod_that_recovered_from_an_earlier_crash_is_not_reported() -> None:
     assert "engineExit" not in pod_summary(body)
 
 
-# KEDA's ScaledObject status as KEDA v2.21 writes it (apis/keda/v1alpha1: conditions Ready/Active/Fallback/Paused,
-# hpaName); the reasons and messages are KEDA's own wording for a working ScaledObject with no load.
+# KEDA's ScaledObject status as KEDA v2.21.0 writes it for a working ScaledObject with no load: reasons and
+# messages from its source (apis/keda/v1alpha1/condition_types.go, pkg/scaling/executor/scale_scaledobjects.go,
+# pkg/fallback/fallback.go); Paused keeps the status alone that GetInitializedConditions gives it.
 SCALED_OBJECT = {"kind": "ScaledObject", "metadata": {"name": "q"}, "status": {
     "hpaName": "keda-hpa-q", "conditions": [
         {"type": "Ready", "status": "True", "reason": "ScaledObjectReady",
          "message": "ScaledObject is defined correctly and is ready for scaling"},
-        {"type": "Active", "status": "False", "reason": "ScalerNotActive", "message": "Scaling is not performed"},
+        {"type": "Active", "status": "False", "reason": "ScalerNotActive",
+         "message": "Scaling is not performed because triggers are not active"},
         {"type": "Fallback", "status": "False", "reason": "NoFallbackFound",
          "message": "No fallbacks are active on this scaled object"},
-        {"type": "Paused", "status": "False", "reason": "ScaledObjectUnpaused",
-         "message": "ScaledObject is unpaused"}]}}
+        {"type": "Paused", "status": "False"}]}}
 
 
 def test_scaled_object_conditions_are_mirrored_ready_and_fallback_as_conditions_all_in_words() -> None:
@@ -171,9 +172,9 @@ def test_scaled_object_conditions_are_mirrored_ready_and_fallback_as_conditions_
     assert st["autoscaling"] == {
         "engine": "keda", "hpaName": "keda-hpa-q",
         "message": "Ready=True (ScaledObjectReady): ScaledObject is defined correctly and is ready for scaling; "
-                   "Active=False (ScalerNotActive): Scaling is not performed; "
+                   "Active=False (ScalerNotActive): Scaling is not performed because triggers are not active; "
                    "Fallback=False (NoFallbackFound): No fallbacks are active on this scaled object; "
-                   "Paused=False (ScaledObjectUnpaused): ScaledObject is unpaused"}
+                   "Paused=False"}
 
 
 def test_a_scaled_object_keda_has_not_seen_yet_says_so() -> None:

@@ -140,6 +140,12 @@ KEDA_MIRRORED = {"Ready": "ScaledObjectReady", "Fallback": "ScaledObjectFallback
 KEDA_WORDS = ("Ready", "Active", "Fallback", "Paused")
 
 
+def _words(type_: str, cond: dict[str, Any]) -> str:
+    # KEDA initialises a condition with a status alone (Paused False has no reason until a pause is lifted).
+    reason, message = cond.get("reason"), cond.get("message")
+    return f"{type_}={cond.get('status')}" + (f" ({reason})" if reason else "") + (f": {message}" if message else "")
+
+
 def _keda_scaling(scaled: dict[str, Any], old: list[dict[str, Any]], generation: int,
                   now: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The ScaledObject's view. KEDA's own HPA (status.hpaName) holds the replica counts; it is not a child of
@@ -152,8 +158,7 @@ def _keda_scaling(scaled: dict[str, Any], old: list[dict[str, Any]], generation:
         if c is not None:
             mirrored.append(condition(old, ours, str(c.get("status", "Unknown")), str(c.get("reason") or "Unknown"),
                                       str(c.get("message", "")), generation, now))
-    words = [f"{t}={conds[t].get('status')} ({conds[t].get('reason') or 'Unknown'}): {conds[t].get('message', '')}"
-             for t in KEDA_WORDS if t in conds]
+    words = [_words(t, conds[t]) for t in KEDA_WORDS if t in conds]
     name = str((scaled.get("metadata") or {}).get("name") or "")
     summary = {"engine": "keda", "hpaName": st.get("hpaName") or keda_hpa_name(name),
                "message": "; ".join(words) if words else "KEDA has not reported on the ScaledObject yet"}
