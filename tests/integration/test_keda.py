@@ -33,14 +33,24 @@ def _fleet(engine: str) -> dict[str, Any]:
     if engine == "keda":
         autoscaling["keda"] = {"prometheusAddress": PROMETHEUS}
     return {"apiVersion": "qwenfleet.io/v1alpha1", "kind": "QwenInference", "metadata": {"name": "big"},
-            "spec": {"model": {"name": "Qwen/Qwen3-4B-Instruct-2507"}, "gpu": {"product": "NVIDIA-A10G"},
-                     "autoscaling": autoscaling}}
+            "spec": {"model": {"name": "Qwen/Qwen3-4B-Instruct-2507"}, "engine": {"maxModelLen": 4096},
+                     "gpu": {"product": "NVIDIA-A10G"}, "autoscaling": autoscaling}}
 
 
 def _install_crd(cluster: LocalCluster) -> None:
     crd = next(p for p in third_party_crds() if p.name == "keda.sh_scaledobjects.yaml")  # cached by the script
     assert crd_name(crd) == KEDA_CRD_NAME
     cluster.install_crd(crd, name=KEDA_CRD_NAME)
+
+
+def _wait(cluster: LocalCluster, ns: str, operator: OperatorProcess, what: str, check: Any,
+          timeout: float = 60) -> Any:
+    """wait_until that says, on a timeout, where the resource stands and what the operator logged."""
+    try:
+        return wait_until(what, check, timeout)
+    except AssertionError as err:
+        qwi = get(cluster, "qwi", "big", ns) or {}
+        raise AssertionError(f"{err}\nstatus: {json.dumps(qwi.get('status'), indent=1)}\n{operator.tail()}") from None
 
 
 def _crd_present(cluster: LocalCluster) -> bool:
@@ -81,7 +91,7 @@ def test_engine_keda_stalls_without_the_crd_then_switches_cleanly_both_ways(
 
     # A running fleet with the HPA, scaled to 3 as an autoscaler would (through the scale subresource).
     apply(cluster, namespace, _fleet("hpa"))
-    hpa = wait_until("the HPA", lambda: get(cluster, "hpa", "big", namespace), 60)
+    hpa = _wait(cluster, namespace, operator, "the HPA", lambda: get(cluster, "hpa", "big", namespace))
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "big"}
     cluster.kubectl("scale", "deployment", "big", "-n", namespace, "--replicas=3")
 
@@ -101,7 +111,8 @@ def test_engine_keda_stalls_without_the_crd_then_switches_cleanly_both_ways(
     # the apiserver validates against KEDA's schema (server-side apply).
     since = time.time()
     _install_crd(cluster)
-    scaled = wait_until("the ScaledObject", lambda: get(cluster, "scaledobject", "big", namespace), 60)
+    scaled = _wait(cluster, namespace, operator, "the ScaledObject",
+                   lambda: get(cluster, "scaledobject", "big", namespace))
     assert get(cluster, "hpa", "big", namespace) is None
     assert scaled["spec"]["minReplicaCount"] == 1 and scaled["spec"]["maxReplicaCount"] == 4
     assert scaled["spec"]["scaleTargetRef"]["name"] == "big"
@@ -140,7 +151,7 @@ def test_engine_keda_stalls_without_the_crd_then_switches_cleanly_both_ways(
     # Back to the HPA: the ScaledObject deleted first, then the HPA; the count still where it was.
     since = time.time()
     apply(cluster, namespace, _fleet("hpa"))
-    wait_until("the HPA again", lambda: get(cluster, "hpa", "big", namespace), 60)
+    _wait(cluster, namespace, operator, "the HPA again", lambda: get(cluster, "hpa", "big", namespace))
     assert get(cluster, "scaledobject", "big", namespace) is None
     _deleted_before_made(_child_writes(cluster, namespace, since), "scaledobjects", "horizontalpodautoscalers")
     wait_until("status.autoscaling of engine hpa", lambda: (
@@ -156,7 +167,7 @@ def test_a_new_keda_fleet_gets_a_scaled_object_and_no_hpa(
         _install_crd(cluster)
     # The operator notices the API at its next resync, if it had not yet.
     apply(cluster, namespace, _fleet("keda"))
-    wait_until("the ScaledObject", lambda: get(cluster, "scaledobject", "big", namespace), 60)
+    _wait(cluster, namespace, operator, "the ScaledObject", lambda: get(cluster, "scaledobject", "big", namespace))
     wait_until("the Deployment", lambda: get(cluster, "deployment", "big", namespace), 30)
     assert get(cluster, "hpa", "big", namespace) is None
     dep = json.loads(cluster.kubectl("get", "deployment", "big", "-n", namespace, "-o", "json",
