@@ -7,13 +7,14 @@
 #     monitoring.coreos.com_servicemonitors.yaml, monitoring.coreos.com_prometheusrules.yaml (Prometheus Operator)
 #     cert-manager.io_certificates.yaml, cert-manager.io_issuers.yaml, cert-manager.io_clusterissuers.yaml
 #     leaderworkerset.x-k8s.io_leaderworkersets.yaml (LeaderWorkerSet: multi-node replicas)
+#     keda.sh_scaledobjects.yaml (KEDA: autoscaling.engine keda)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=hack/versions.env
 source "$here/versions.env"
 QF_CACHE=${QF_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qwen-fleet}
 export GOTOOLCHAIN=${GOTOOLCHAIN:-local} GOFLAGS=${GOFLAGS:--mod=mod}
-out="$QF_CACHE/crds/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION-cert-manager-$CERT_MANAGER_VERSION-lws-$LWS_VERSION"
+out="$QF_CACHE/crds/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION-cert-manager-$CERT_MANAGER_VERSION-lws-$LWS_VERSION-keda-$KEDA_VERSION"
 
 module_dir() { # module@version -> its unpacked folder in the module cache
   go mod download -json "$1" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p'
@@ -31,6 +32,8 @@ if [ ! -f "$out/.complete" ]; then
   done
   lws=$(module_dir "sigs.k8s.io/lws@$LWS_VERSION")
   cp "$lws/config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml" "$out.tmp/"
+  keda=$(module_dir "github.com/kedacore/keda/v2@$KEDA_VERSION")
+  cp "$keda/config/crd/bases/keda.sh_scaledobjects.yaml" "$out.tmp/"
   chmod u+w "$out.tmp"/*
   touch "$out.tmp/.complete"
   rm -rf "$out"; mv "$out.tmp" "$out"

@@ -24,13 +24,16 @@ from tests.chart.support import VALUES_CASES, template_text  # noqa: E402
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 BATCH_EXAMPLES = sorted((ROOT / "examples" / "batch").glob("*.yaml"))
-# Each must be refused: a misspelled field in a core kind, in a Prometheus Operator kind, in our own kind.
+# Each must be refused: a misspelled field in a core kind, in a Prometheus Operator kind, in KEDA's (the
+# ScaledObject's count fields are minReplicaCount/maxReplicaCount), in our own kind.
 MUST_FAIL = {
     "Deployment spec.replica": "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec:\n  replica: 2\n"
     "  selector: {matchLabels: {a: b}}\n  template: {metadata: {labels: {a: b}}, spec: {containers: "
     "[{name: c, image: i}]}}\n",
     "ServiceMonitor honourLabels": "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata: {name: x}\n"
     "spec:\n  selector: {}\n  endpoints: [{port: m, honourLabels: true}]\n",
+    "ScaledObject spec.minReplicas": "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata: {name: x}\n"
+    "spec:\n  scaleTargetRef: {name: x}\n  minReplicas: 1\n  triggers: [{type: prometheus, metadata: {}}]\n",
     "QwenInference spec.modle": "apiVersion: qwenfleet.io/v1alpha1\nkind: QwenInference\nmetadata: {name: x}\n"
     "spec:\n  modle: {name: Qwen/Qwen3-4B}\n",
 }

@@ -22,3 +22,5 @@ PROMETHEUS_OPERATOR = "v0.85.0"
 CERT_MANAGER = "v1.19.1"
 # LeaderWorkerSet (multi-node replicas): its manager and CRDs in the local control plane, and the dry-runs.
 LWS = "v0.9.0"
+# KEDA (autoscaling.engine keda): its real ScaledObject CRD for the dry-runs and the integration test.
+KEDA = "v2.21.0"

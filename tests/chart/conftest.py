@@ -27,8 +27,8 @@ def chart_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
     cluster.start()
     try:
         # The real CRDs of the third-party kinds exist from the start: dry-runs of ServiceMonitor, PrometheusRule,
-        # Certificate, Issuer and LeaderWorkerSet need them, and the operator then watches, applies and prunes
-        # the monitoring kinds (so the audit covers their rules).
+        # Certificate, Issuer, LeaderWorkerSet and ScaledObject need them, and the operator then watches, applies
+        # and prunes the monitoring kinds (so the audit covers their rules).
         for path in third_party_crds():
             cluster.install_crd(path, crd_name(path))
         yield cluster

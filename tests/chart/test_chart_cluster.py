@@ -3,7 +3,7 @@
 - `helm template` output (every values combination the chart tests render: VALUES_CASES) and `qwen-fleet
   render` of every example pass `kubectl apply --dry-run=server --validate=strict`: schema, admission and
   strict field validation of the real apiserver, with the real CRDs of the Prometheus Operator's,
-  cert-manager's and LeaderWorkerSet's kinds (hack/third-party-crds.sh).
+  cert-manager's, LeaderWorkerSet's and KEDA's kinds (hack/third-party-crds.sh).
 - Server-side apply that creates an object is authorised as `create` as well as `patch`.
 - With OwnerReferencesPermissionEnforcement (as on OpenShift), setting blockOwnerDeletion needs `update` on the
   owner's finalizers subresource.

@@ -22,6 +22,8 @@ PREFLIGHT = {"parallelism": {"tensor": 2}, "nccl": {"preflight": {"enabled": Tru
 TP2 = {"parallelism": {"tensor": 2}}
 ENV = {"engine": {"env": [{"name": "EXTRA_FLAG", "value": "1"}]}}
 NODES2 = {"parallelism": {"pipeline": 2, "nodes": 2}}
+KEDA = {"autoscaling": {"enabled": True, "engine": "keda", "minReplicas": 1, "maxReplicas": 3,
+                        "keda": {"prometheusAddress": "http://prometheus.monitoring.svc:9090"}}}
 
 
 def render(**extra: Any) -> list[dict[str, Any]]:
@@ -75,6 +77,16 @@ class Case:
     prune: list[str] = field(default_factory=list)
     undo: bool = False
     refused: bool = False
+
+
+def _without(children: dict[tuple[str, str], dict[str, Any]], kind: str) -> dict[tuple[str, str], dict[str, Any]]:
+    return {k: v for k, v in children.items() if k[0] != kind}
+
+
+def _finalizing(children: dict[tuple[str, str], dict[str, Any]], kind: str) -> dict[tuple[str, str], Any]:
+    """``kind`` deleted but held by a finalizer (KEDA's on a ScaledObject, finalizer.keda.sh)."""
+    return _edited(children, kind, lambda o: o["metadata"].update(deletionTimestamp="2026-12-01T00:00:00Z",
+                                                                  finalizers=["finalizer.keda.sh"]))
 
 
 def _edited(children: dict[tuple[str, str], dict[str, Any]], kind: str, edit: Any) -> dict[tuple[str, str], Any]:
@@ -143,6 +155,27 @@ CASES = {
                                                   ready(stored(render(**AUTOSCALED)), "Deployment")),
              [["Service/q", "HorizontalPodAutoscaler/q"]], dry_run=["Service/q", "HorizontalPodAutoscaler/q"],
              prune=["Deployment/q"]),
+    # autoscaling.engine keda: a ScaledObject in the HPA's place, and never both at once.
+    "create, engine keda: the ScaledObject with the rest, no HPA": Case(
+        render(**KEDA), {}, [["Deployment/q"], ["Service/q", "ScaledObject/q", "PodDisruptionBudget/q"]], undo=True),
+    "engine keda, unchanged: nothing": Case(render(**KEDA), stored(render(**KEDA)), []),
+    "engine hpa -> keda: the HPA is deleted, the ScaledObject waits until it is gone": Case(
+        render(**KEDA), stored(render(**AUTOSCALED)), [], prune=["HorizontalPodAutoscaler/q"]),
+    "engine hpa -> keda, the HPA gone: the ScaledObject is made": Case(
+        render(**KEDA), _without(stored(render(**AUTOSCALED)), "HorizontalPodAutoscaler"), [["ScaledObject/q"]]),
+    "engine hpa -> keda with an engine change: the Deployment applied, the HPA deleted, the ScaledObject waits":
+        Case(render(**KEDA, engine={"maxNumSeqs": 64}), stored(render(**AUTOSCALED)), [["Deployment/q"]],
+             prune=["HorizontalPodAutoscaler/q"]),
+    "engine keda -> hpa: the ScaledObject is deleted, the HPA waits until it is gone": Case(
+        render(**AUTOSCALED), stored(render(**KEDA)), [], prune=["ScaledObject/q"]),
+    "engine keda -> hpa, KEDA's finalizer holds the ScaledObject: nothing (no second delete, no HPA yet)": Case(
+        render(**AUTOSCALED), _finalizing(stored(render(**KEDA)), "ScaledObject"), []),
+    "engine keda -> hpa, the ScaledObject gone: the HPA is made": Case(
+        render(**AUTOSCALED), _without(stored(render(**KEDA)), "ScaledObject"), [["HorizontalPodAutoscaler/q"]]),
+    "engine keda turned off: replicas back (an apply), ScaledObject and PDB pruned": Case(
+        render(), stored(render(**KEDA)), [["Deployment/q"]], prune=["ScaledObject/q", "PodDisruptionBudget/q"]),
+    "engine keda, nodes 1 -> 2: the ScaledObject kept (it names the Deployment) while the LeaderWorkerSet is made":
+        Case(render(**NODES2, **KEDA), ready(stored(render(**KEDA)), "Deployment"), [["LeaderWorkerSet/q"]]),
     "refused by the planner (Stalled): nothing, the running fleet is kept": Case(
         None, stored(render(**AUTOSCALED)), []),
     "refused by the apiserver for this generation: nothing until the spec changes": Case(
@@ -192,6 +225,40 @@ def test_autoscaling_turned_on_hands_the_replica_count_over_first() -> None:
     autoscaled[("Deployment", "q")]["spec"]["replicas"] = 3
     assert plan_changes(render(**AUTOSCALED, engine={"maxNumSeqs": 8}), autoscaled).handover == ()
     assert plan_changes(render(replicas=2), running).handover == ()
+
+
+def test_engine_keda_turned_on_hands_the_replica_count_over_and_a_switch_does_not() -> None:
+    running = stored(render(replicas=3))
+    assert plan_changes(render(**KEDA), running).handover == (
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "q", "namespace": "ns"},
+         "spec": {"replicas": 3}},)
+    # Switching engines: replicas already belong to an autoscaler (the old one's HPA); the Deployment, applied
+    # for another change meanwhile, still carries no replicas and nothing is handed over.
+    autoscaled = stored(render(**AUTOSCALED))
+    autoscaled[("Deployment", "q")]["spec"]["replicas"] = 3
+    switch = plan_changes(render(**KEDA, engine={"maxNumSeqs": 8}), autoscaled)
+    assert switch.handover == ()
+    (deployment,) = switch.applies
+    assert "replicas" not in deployment.obj["spec"]
+
+
+def test_keda_without_its_crd_is_stalled_with_the_fix_and_hpa_needs_nothing() -> None:
+    from qwen_fleet.reconcile.workload import missing_capability
+
+    def plan_of(extra: dict[str, Any]) -> Any:
+        cr = QwenInference.model_validate({"metadata": {"name": "q", "namespace": "ns"},
+                                           "spec": {**copy.deepcopy(BASE), **copy.deepcopy(extra)}})
+        return make_plan(cr, OperatorConfig())
+
+    outcome = missing_capability(plan_of(KEDA), Capabilities())
+    assert outcome is not None and (outcome.kind, outcome.reason) == ("stalled", "KedaMissing")
+    assert "keda.sh/v1alpha1 scaledobjects" in outcome.message and "install KEDA" in outcome.message
+    assert "autoscaling.engine to hpa" in outcome.message
+    assert missing_capability(plan_of(KEDA), Capabilities(keda=True)) is None
+    assert missing_capability(plan_of(AUTOSCALED), Capabilities()) is None
+    # Engine keda with autoscaling off asks for no ScaledObject, so it needs no KEDA either.
+    off = {"autoscaling": {**KEDA["autoscaling"], "enabled": False}}
+    assert missing_capability(plan_of(off), Capabilities()) is None
 
 
 def test_a_workload_is_ready_only_when_its_controller_says_so_for_its_generation() -> None:

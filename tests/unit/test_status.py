@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from qwen_fleet.api import QwenInference
 from qwen_fleet.config import OperatorConfig
 from qwen_fleet.plan import make_plan
@@ -90,7 +92,7 @@ def test_hpa_conditions_are_mirrored_in_words() -> None:
         {"type": "ScalingActive", "status": "True", "reason": "ValidMetricFound", "message": "ok"},
         {"type": "ScalingLimited", "status": "True", "reason": "TooManyReplicas",
          "message": "the desired replica count is more than the maximum replica count"}]}}
-    st = compute_status(None, 1, Outcome.applied(), PLAN, Observed(deployment=_dep(), hpa=hpa), T0)
+    st = compute_status(None, 1, Outcome.applied(), PLAN, Observed(deployment=_dep(), autoscaler=hpa), T0)
     assert _conds(st)["ScalingLimited"] == ("True", "TooManyReplicas")
     assert st["autoscaling"]["desiredReplicas"] == 4
     assert "more than the maximum" in st["autoscaling"]["message"]
@@ -145,3 +147,91 @@ def test_a_pod_that_recovered_from_an_earlier_crash_is_not_reported() -> None:
     body = _crashed_pod(ARGPARSE_TAIL, ready=True)
     body["status"]["containerStatuses"][0]["state"] = {"running": {}}
     assert "engineExit" not in pod_summary(body)
+
+
+# KEDA's ScaledObject status as KEDA v2.21.0 writes it for a working ScaledObject with no load: reasons and
+# messages from its source (apis/keda/v1alpha1/condition_types.go, pkg/scaling/executor/scale_scaledobjects.go,
+# pkg/fallback/fallback.go); Paused keeps the status alone that GetInitializedConditions gives it.
+SCALED_OBJECT = {"kind": "ScaledObject", "metadata": {"name": "q"}, "status": {
+    "hpaName": "keda-hpa-q", "conditions": [
+        {"type": "Ready", "status": "True", "reason": "ScaledObjectReady",
+         "message": "ScaledObject is defined correctly and is ready for scaling"},
+        {"type": "Active", "status": "False", "reason": "ScalerNotActive",
+         "message": "Scaling is not performed because triggers are not active"},
+        {"type": "Fallback", "status": "False", "reason": "NoFallbackFound",
+         "message": "No fallbacks are active on this scaled object"},
+        {"type": "Paused", "status": "False"}]}}
+
+
+def test_scaled_object_conditions_are_mirrored_ready_and_fallback_as_conditions_all_in_words() -> None:
+    st = compute_status(None, 1, Outcome.applied(), PLAN, Observed(deployment=_dep(), autoscaler=SCALED_OBJECT), T0)
+    conds = _conds(st)
+    assert conds["ScaledObjectReady"] == ("True", "ScaledObjectReady")
+    assert conds["ScaledObjectFallback"] == ("False", "NoFallbackFound")
+    assert "ScalingActive" not in conds and "ScaledObjectActive" not in conds and "ScaledObjectPaused" not in conds
+    assert st["autoscaling"] == {
+        "engine": "keda", "hpaName": "keda-hpa-q",
+        "message": "Ready=True (ScaledObjectReady): ScaledObject is defined correctly and is ready for scaling; "
+                   "Active=False (ScalerNotActive): Scaling is not performed because triggers are not active; "
+                   "Fallback=False (NoFallbackFound): No fallbacks are active on this scaled object; "
+                   "Paused=False"}
+
+
+def test_a_scaled_object_keda_has_not_seen_yet_says_so() -> None:
+    fresh = {"kind": "ScaledObject", "metadata": {"name": "q"}}
+    st = compute_status(None, 1, Outcome.applied(), PLAN, Observed(deployment=_dep(), autoscaler=fresh), T0)
+    assert st["autoscaling"] == {"engine": "keda", "hpaName": "keda-hpa-q",
+                                 "message": "KEDA has not reported on the ScaledObject yet"}
+    assert set(_conds(st)) == {"Ready", "Reconciling", "Stalled"}
+
+
+def test_activity_alone_changes_the_message_not_a_condition_s_timestamp() -> None:
+    first = compute_status(None, 1, Outcome.applied(), PLAN, Observed(deployment=_dep(), autoscaler=SCALED_OBJECT), T0)
+    busy = copy.deepcopy(SCALED_OBJECT)
+    busy["status"]["conditions"][1].update(status="True", reason="ScalerActive", message="Scaling is performed "
+                                           "because triggers are active")
+    second = compute_status(first, 1, Outcome.applied(), PLAN, Observed(deployment=_dep(), autoscaler=busy), T1)
+    assert [c for c in second["conditions"] if c["type"].startswith("ScaledObject")] == \
+        [c for c in first["conditions"] if c["type"].startswith("ScaledObject")]
+    assert "Active=True (ScalerActive)" in second["autoscaling"]["message"]
+
+
+def test_hpa_summary_names_the_engine_and_the_hpa() -> None:
+    hpa = {"kind": "HorizontalPodAutoscaler", "metadata": {"name": "q"},
+           "status": {"currentReplicas": 2, "desiredReplicas": 3, "conditions": []}}
+    st = compute_status(None, 1, Outcome.applied(), PLAN, Observed(deployment=_dep(), autoscaler=hpa), T0)
+    assert st["autoscaling"] == {"engine": "hpa", "hpaName": "q", "currentReplicas": 2, "desiredReplicas": 3,
+                                 "message": ""}
+
+
+def test_status_mirrors_the_autoscaler_the_spec_asks_for_else_the_one_still_there() -> None:
+    from qwen_fleet.reconcile.controller import _autoscaler
+
+    keda_cr = QwenInference.model_validate({"metadata": {"name": "q", "namespace": "ns"}, "spec": {
+        "model": {"name": "Qwen/Qwen3-4B-Instruct-2507"},
+        "autoscaling": {"enabled": True, "engine": "keda", "maxReplicas": 3,
+                        "keda": {"prometheusAddress": "http://prometheus:9090"}}}})
+    keda_plan = make_plan(keda_cr, OperatorConfig())
+    assert keda_plan.autoscaler == "ScaledObject"
+    hpa = {"kind": "HorizontalPodAutoscaler", "metadata": {"name": "q"}}
+    both = {("HorizontalPodAutoscaler", "q"): hpa, ("ScaledObject", "q"): SCALED_OBJECT}
+    assert _autoscaler(both, "q", keda_plan) is SCALED_OBJECT
+    assert _autoscaler({("HorizontalPodAutoscaler", "q"): hpa}, "q", keda_plan) is hpa  # mid-switch: the old one
+    assert _autoscaler({("ScaledObject", "q"): SCALED_OBJECT}, "q", PLAN) is SCALED_OBJECT  # turned off, not gone
+    assert _autoscaler({}, "q", keda_plan) is None
+
+
+def test_a_fallback_turning_true_is_a_warning_event() -> None:
+    from qwen_fleet.reconcile.controller import Controller, Result
+    from qwen_fleet.reconcile.store import Store
+
+    sent: list[tuple[str, str]] = []
+    controller = Controller(None, OperatorConfig(), Store(), emit=lambda _r, type_, reason, _m: sent.append(
+        (type_, reason)))  # type: ignore[arg-type]
+    calm = compute_status(None, 1, Outcome.applied(), PLAN, Observed(deployment=_dep(), autoscaler=SCALED_OBJECT), T0)
+    failing = copy.deepcopy(SCALED_OBJECT)
+    failing["status"]["conditions"][2].update(status="True", reason="FallbackExists",
+                                              message="At least one trigger is falling back on this scaled object")
+    new = compute_status(calm, 1, Outcome.applied(), PLAN, Observed(deployment=_dep(), autoscaler=failing), T1)
+    controller._events({}, calm, new, Result(Outcome.applied()))
+    assert sent == [("Warning", "ScaledObjectFallbackTrue")]

@@ -29,7 +29,7 @@ Device = Literal["GPU", "CPU"]
 class QwenInferenceSpec(ApiModel, rules=[
     Rule(cel="!(has(self.replicas) && self.autoscaling.enabled)",
          check=lambda s: not (s.replicas is not None and s.autoscaling.enabled),
-         message="spec.replicas cannot be set while autoscaling is enabled: the HorizontalPodAutoscaler owns "
+         message="spec.replicas cannot be set while autoscaling is enabled: the autoscaler owns "
                  "the replica count (use autoscaling.minReplicas/maxReplicas)"),
     Rule(cel="!self.nccl.preflight.enabled || "
              "self.parallelism.tensor * self.parallelism.pipeline * self.parallelism.data >= 2",
@@ -140,11 +140,18 @@ class CapacityStatus(ApiModel):
 
 
 class AutoscalingStatus(ApiModel):
-    """The HorizontalPodAutoscaler's view, mirrored."""
+    """The autoscaler's view, mirrored: the HorizontalPodAutoscaler's (engine hpa) or the KEDA ScaledObject's
+    (engine keda; docs/autoscaling.md says what is mirrored in each)."""
 
-    current_replicas: int | None = Field(default=None, description="Replicas the HPA sees.")
-    desired_replicas: int | None = Field(default=None, description="Replicas the HPA wants.")
-    message: str = Field(default="", description="The HPA's conditions in words.")
+    engine: Literal["hpa", "keda"] | None = Field(default=None, description="The engine of the autoscaler "
+                                                  "mirrored here.")
+    hpa_name: str | None = Field(default=None, description="The HorizontalPodAutoscaler that sets the replica "
+                                 "count: the fleet's own name (engine hpa), or keda-hpa-<name>, the one KEDA "
+                                 "makes for the ScaledObject (engine keda).")
+    current_replicas: int | None = Field(default=None, description="Replicas the HPA sees (engine hpa only).")
+    desired_replicas: int | None = Field(default=None, description="Replicas the HPA wants (engine hpa only).")
+    message: str = Field(default="", description="The autoscaler's conditions in words: the HPA's "
+                         "ScalingActive/ScalingLimited, or the ScaledObject's Ready/Active/Fallback/Paused.")
 
 
 class NcclGroupStatus(ApiModel):
@@ -212,7 +219,9 @@ class QwenInferenceStatus(ApiModel):
     observed_generation: int | None = Field(default=None, description="Generation last applied.")
     conditions: list[Condition] = Field(default_factory=list, description="Current conditions: Ready, "
                                         "Reconciling and Stalled (kstatus, as Flux and Argo CD read them), "
-                                        "plus ScalingActive/ScalingLimited mirrored from the autoscaler.",
+                                        "plus ScalingActive/ScalingLimited mirrored from the HPA (engine "
+                                        "hpa) or ScaledObjectReady/ScaledObjectFallback from KEDA's "
+                                        "ScaledObject (engine keda).",
                                         json_schema_extra={"x-kubernetes-list-type": "map",
                                                            "x-kubernetes-list-map-keys": ["type"]})
     replicas: int | None = Field(default=None, description="Pods of the fleet (scale subresource).")

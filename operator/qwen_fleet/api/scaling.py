@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from qwen_fleet.api.base import ApiModel, IntOrPercent, Rule, cel_and
+
+# Which autoscaler the operator creates: a HorizontalPodAutoscaler on the custom metrics API (served by
+# prometheus-adapter with the chart's rules), or a KEDA ScaledObject whose Prometheus triggers query the same
+# series (KEDA then makes and drives its own HPA, keda-hpa-<name>). docs/autoscaling.md compares them.
+AutoscalingEngine = Literal["hpa", "keda"]
 
 
 class ScalingRules(ApiModel):
@@ -59,6 +66,15 @@ class GpuUtilizationMetric(ApiModel):
                                   "replica, in percent.")
 
 
+class KedaOptions(ApiModel):
+    """Settings only the KEDA engine reads."""
+
+    prometheus_address: str = Field(pattern=r"^https?://[^\s]+$", max_length=512, description="URL of the "
+                                    "Prometheus that scrapes the fleet (the operator's ServiceMonitor), e.g. "
+                                    "http://prometheus-operated.monitoring.svc:9090; KEDA's Prometheus scaler "
+                                    "queries it from the KEDA operator's pod.")
+
+
 class Autoscaling(ApiModel, rules=[
     Rule(cel="!self.enabled || has(self.maxReplicas)",
          check=lambda a: not a.enabled or a.max_replicas is not None,
@@ -66,16 +82,36 @@ class Autoscaling(ApiModel, rules=[
     Rule(cel="!has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",
          check=lambda a: a.max_replicas is None or a.min_replicas <= a.max_replicas,
          message="autoscaling.minReplicas must not exceed autoscaling.maxReplicas"),
+    Rule(cel="self.engine != 'hpa' || self.minReplicas >= 1",
+         check=lambda a: a.engine != "hpa" or a.min_replicas >= 1,
+         message="autoscaling.minReplicas must be at least 1 with engine hpa: the HorizontalPodAutoscaler "
+                 "cannot scale up from zero pods on Pods metrics (vLLM exports none from zero pods)"),
+    Rule(cel="self.engine != 'keda' || self.minReplicas >= 1",
+         check=lambda a: a.engine != "keda" or a.min_replicas >= 1,
+         message="autoscaling.minReplicas 0 (scale to zero) is not supported yet with engine keda: nothing "
+                 "would hold the first request while a replica starts; set minReplicas to 1 or more"),
+    Rule(cel="!self.enabled || self.engine != 'keda' || has(self.keda)",
+         check=lambda a: not a.enabled or a.engine != "keda" or a.keda is not None,
+         message="autoscaling.keda.prometheusAddress is required with engine keda: the URL of the Prometheus "
+                 "that scrapes the fleet, which KEDA's Prometheus scaler queries"),
 ]):
-    """A HorizontalPodAutoscaler on vLLM's queue depth and KV-cache usage (and, opt-in, GPU utilisation).
+    """An autoscaler on vLLM's queue depth and KV-cache usage (and, opt-in, GPU utilisation).
 
-    Needs the metrics adapter rules the chart ships, which expose the vLLM series to the custom metrics API.
-    While enabled, the HPA owns the replica count and the operator never resets it.
+    Engine hpa: a HorizontalPodAutoscaler; needs the metrics adapter rules the chart ships, which expose the
+    vLLM series to the custom metrics API. Engine keda: a KEDA ScaledObject with Prometheus triggers on the
+    same series, targets and behavior; needs KEDA installed. While enabled, the autoscaler owns the replica
+    count and the operator never resets it.
     """
 
-    enabled: bool = Field(default=False, description="Create a HorizontalPodAutoscaler.")
-    min_replicas: int = Field(default=1, ge=1, le=1000, description="Fewest replicas (at least 1: vLLM "
-                              "exports no queue metric from zero pods).")
+    enabled: bool = Field(default=False, description="Create an autoscaler (engine: which one).")
+    engine: AutoscalingEngine = Field(default="hpa", description="hpa: a HorizontalPodAutoscaler reading the "
+                                      "custom metrics API (prometheus-adapter with the chart's rules). keda: "
+                                      "a KEDA ScaledObject (keda.sh/v1alpha1) with Prometheus triggers on the "
+                                      "same signals, targets and behavior; the cluster must serve KEDA's CRD. "
+                                      "Never both: switching deletes the old autoscaler before making the new.")
+    min_replicas: int = Field(default=1, ge=0, le=1000, description="Fewest replicas (at least 1 for now: "
+                              "vLLM exports no queue metric from zero pods, and scale to zero needs a "
+                              "component that holds the first request).")
     max_replicas: int | None = Field(default=None, ge=1, le=1000, description="Most replicas.")
     queue_depth: QueueDepthMetric = Field(default_factory=QueueDepthMetric, description="Primary signal: "
                                           "vLLM's waiting requests (vllm:num_requests_waiting), summed over "
@@ -88,6 +124,8 @@ class Autoscaling(ApiModel, rules=[
                                                   "over each pod's GPUs.")
     behavior: ScalingBehavior = Field(default_factory=ScalingBehavior, description="Scale-up and "
                                       "scale-down pacing.")
+    keda: KedaOptions | None = Field(default=None, description="Engine keda: where KEDA reads the metrics "
+                                     "(required with engine keda).")
 
 
 class Monitoring(ApiModel):

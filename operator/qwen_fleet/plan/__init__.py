@@ -33,7 +33,7 @@ class Plan:
     gpus_per_replica: int
     gpus_per_pod: int  # gpus_per_replica / nodes: what each pod (leader or worker) requests
     nodes: int  # pods per replica; above 1 the replica is a LeaderWorkerSet group
-    replicas: int | None  # None: the HPA owns the count
+    replicas: int | None  # None: the autoscaler owns the count
     max_replicas: int
     shm_size: str
     memory: str | None
@@ -42,6 +42,9 @@ class Plan:
     problems: tuple[Problem, ...] = ()
     warnings: tuple[str, ...] = field(default=())
     serving: ServingPlan | None = None  # task, parsers, thinking, YaRN (plan/serving.py)
+    # The kind of the fleet's autoscaler (autoscaling.engine): HorizontalPodAutoscaler, ScaledObject (KEDA), or
+    # None without autoscaling.
+    autoscaler: str | None = None
 
     @property
     def feasible(self) -> bool:
@@ -99,4 +102,6 @@ def make_plan(cr: QwenInference, config: OperatorConfig) -> Plan:
         problems=tuple(problems + serving_problems),
         warnings=tuple(warnings),
         serving=serving,
+        autoscaler=None if not autoscaling.enabled else (
+            "ScaledObject" if autoscaling.engine == "keda" else "HorizontalPodAutoscaler"),
     )

@@ -20,10 +20,17 @@ The executor (controller.py) only carries a ChangeSet out. The rules, each with 
   follows and the old workload is deleted in the same reconcile, after the applies. No moment without a
   serving workload behind the Service, and never a Service that selects the other shape's pods.
 - Autoscaling turned on for a running fleet: from now on the Deployment is applied without `replicas` (the
-  HPA owns it). Server-side apply resets a field its only manager stops sending to the default, which would
+  autoscaler owns it). Server-side apply resets a field its only manager stops sending to the default, which would
   drop the fleet to 1 replica until the HPA's next sync; so the current count is first handed over to a
   field manager of its own (the Kubernetes documentation's "transferring ownership"), which keeps it until
   the HPA sets its own.
+- The autoscaler changes engine (autoscaling.engine hpa <-> keda): never two autoscalers on one workload (KEDA's
+  admission webhook refuses a ScaledObject whose target an HPA already scales, and two HPAs on one target
+  make the HPA controller refuse to act, AmbiguousSelector). So the old one is deleted first, with the
+  reconcile's other changes, and the new one is held back until the watch has seen the old one gone; the next
+  reconcile (that deletion is its trigger) makes it. Meanwhile the Deployment is applied without `replicas`
+  as before: the count stays where the old autoscaler left it (the ScaledObject is rendered with
+  restoreToOriginalReplicaCount false, so KEDA does not put it back either).
 - A model prefetch Job (model.cache.prefetch) that has not succeeded holds the fleet: only the cache claim and
   the Job are applied, nothing is pruned, and the rest (a new fleet's Deployment and Service, a running fleet's
   change to a new model) waits until the Job has succeeded (reconcile/prefetch.py says why).
@@ -113,6 +120,8 @@ def plan_changes(desired: Sequence[Mapping[str, Any]] | None, observed: Mapping[
     migrating = _migration(desired, observed)
     # While the new workload is being made: only it (and what its pods mount) is applied, nothing is pruned.
     to_apply = [o for o in desired if o["kind"] not in _FRONT] if migrating == "making" else desired
+    if _switching_autoscaler(desired, observed):
+        to_apply = [o for o in to_apply if o["kind"] not in AUTOSCALER_KINDS]
     prefetch = prefetch_of(desired, observed)
     prefetching = prefetch is not None and not prefetch.done
     if prefetching:
@@ -143,8 +152,16 @@ def plan_changes(desired: Sequence[Mapping[str, Any]] | None, observed: Mapping[
                      prune=prune, undo_on_refusal=new_fleet)
 
 
+# The kinds of autoscaler (one per engine); a fleet has at most one of them.
+AUTOSCALER_KINDS = ("HorizontalPodAutoscaler", "ScaledObject")
 # Children that name or select one workload shape: held as they are while the other shape is being made.
-_FRONT = ("Service", "HorizontalPodAutoscaler", "PodDisruptionBudget")
+_FRONT = ("Service", *AUTOSCALER_KINDS, "PodDisruptionBudget")
+
+
+def _switching_autoscaler(desired: Sequence[Mapping[str, Any]], observed: Mapping[ChildKey, Any]) -> bool:
+    """An autoscaler of another kind than the wanted one still exists: the wanted one waits until it is gone."""
+    wanted = {child_key(o) for o in desired if o["kind"] in AUTOSCALER_KINDS}
+    return bool(wanted) and any(k[0] in AUTOSCALER_KINDS and k not in wanted for k in observed)
 
 
 def _migration(desired: Sequence[Mapping[str, Any]], observed: Mapping[ChildKey, Mapping[str, Any]]) -> str | None:
@@ -159,10 +176,11 @@ def _migration(desired: Sequence[Mapping[str, Any]], observed: Mapping[ChildKey,
 def _replicas_handover(desired: Sequence[Mapping[str, Any]], observed: Mapping[ChildKey, Mapping[str, Any]],
                        applies: Sequence[Apply]) -> tuple[dict[str, Any], ...]:
     """The replica count of a running Deployment, to be kept by a field manager of its own, when this
-    reconcile starts leaving replicas to a new HPA."""
-    hpa = next((child_key(o) for o in desired if o["kind"] == "HorizontalPodAutoscaler"), None)
+    reconcile starts leaving replicas to a new autoscaler (none of either kind exists yet)."""
+    wants_autoscaler = any(o["kind"] in AUTOSCALER_KINDS for o in desired)
+    has_autoscaler = any(k[0] in AUTOSCALER_KINDS for k in observed)
     deployment = next((a.obj for a in applies if a.key[0] in WORKLOAD_KINDS and a.existing), None)
-    if hpa is None or hpa in observed or deployment is None or "replicas" in deployment["spec"]:
+    if not wants_autoscaler or has_autoscaler or deployment is None or "replicas" in deployment["spec"]:
         return ()
     current = observed[child_key(deployment)].get("spec", {}).get("replicas")
     if current is None:
@@ -183,6 +201,9 @@ def _prunes(desired: Sequence[Mapping[str, Any]], observed: Mapping[ChildKey, Ma
         if (kind, name) in wanted or child is None:
             continue
         if not (child.prunable or (old_workload and kind in WORKLOAD_KINDS)):
+            continue
+        if (obj.get("metadata") or {}).get("deletionTimestamp"):
+            # Already going, held by a finalizer (KEDA's on a ScaledObject): a second delete is a write for nothing.
             continue
         out.append(Prune(kind, child.api_version, name, (obj.get("metadata") or {}).get("uid")))
     return tuple(out)

@@ -20,13 +20,13 @@ from qwen_fleet.api import API_VERSION, KIND, QwenInference
 from qwen_fleet.api.messages import validation_message
 from qwen_fleet.config import OperatorConfig
 from qwen_fleet.plan import Plan, make_plan
-from qwen_fleet.reconcile.changes import HANDOVER_MANAGER, ChangeSet, plan_changes
+from qwen_fleet.reconcile.changes import AUTOSCALER_KINDS, HANDOVER_MANAGER, ChangeSet, plan_changes
 from qwen_fleet.reconcile.kube import KubeClient, KubeError
 from qwen_fleet.reconcile.prefetch import Prefetch, prefetch_of
 from qwen_fleet.reconcile.queue import Key
 from qwen_fleet.reconcile.status import Observed, Outcome, compute_status, status_patch
 from qwen_fleet.reconcile.store import ChildKey, Store, nccl_status
-from qwen_fleet.reconcile.workload import LWS, missing_capability, rollout_view, workload_kind
+from qwen_fleet.reconcile.workload import KEDA, LWS, missing_capability, rollout_view, workload_kind
 from qwen_fleet.render import Capabilities, render_children
 from qwen_fleet.render.common import endpoint_url, selector_string
 
@@ -50,6 +50,16 @@ async def _all(calls: Iterable[Awaitable[dict[str, Any]]]) -> list[dict[str, Any
         if isinstance(result, BaseException):
             raise result
     return [r for r in results if not isinstance(r, BaseException)]
+
+
+def _autoscaler(observed: dict[ChildKey, dict[str, Any]], name: str, plan: Plan | None) -> dict[str, Any] | None:
+    """The autoscaler status mirrors: the one the spec asks for, else (being switched or turned off) the one
+    still there."""
+    wanted = [plan.autoscaler] if plan is not None and plan.autoscaler else []
+    for kind in wanted + [k for k in AUTOSCALER_KINDS if k not in wanted]:
+        if (kind, name) in observed:
+            return observed[(kind, name)]
+    return None
 
 
 def _now() -> str:
@@ -86,6 +96,7 @@ class Controller:
             service_monitor=await self.kube.api_exists("monitoring.coreos.com/v1", "servicemonitors"),
             prometheus_rule=await self.kube.api_exists("monitoring.coreos.com/v1", "prometheusrules"),
             leader_worker_set=await self.kube.api_exists(LWS.api_version, LWS.plural),
+            keda=await self.kube.api_exists(KEDA.api_version, KEDA.plural),
         )
 
     async def reconcile(self, key: Key) -> Result | None:
@@ -180,7 +191,7 @@ class Controller:
         # The workload the spec asks for (during a migration, the new one: Ready only once it is).
         kind = workload_kind(plan.nodes) if plan is not None else "Deployment"
         view = Observed(deployment=rollout_view(observed.get((kind, key[1]))),
-                        hpa=observed.get(("HorizontalPodAutoscaler", key[1])), pods=pods, nccl=nccl_status(pods),
+                        autoscaler=_autoscaler(observed, key[1], plan), pods=pods, nccl=nccl_status(pods),
                         prefetch=prefetch)
         old = raw.get("status") or {}
         new = compute_status(old, generation, result.outcome, plan, view, _now(),
@@ -217,6 +228,10 @@ class Controller:
                 self.emit(raw, "Normal", "ModelPrefetching", cond["message"])
             elif cond["type"] == "Ready" and prev is not None and prev.get("status") == "True":
                 self.emit(raw, "Warning", "NotReady", f"{cond['reason']}: {cond['message']}")
-            elif cond["type"] in ("ScalingActive", "ScalingLimited") and prev is not None:
+            elif cond["type"] == "ScaledObjectFallback" and cond["status"] == "True":
+                # KEDA's queries fail and it holds a fallback count: the fleet no longer follows its load.
+                self.emit(raw, "Warning", "ScaledObjectFallbackTrue", cond["message"])
+            elif cond["type"] in ("ScalingActive", "ScalingLimited", "ScaledObjectReady", "ScaledObjectFallback") \
+                    and prev is not None:
                 self.emit(raw, "Normal", f"{cond['type']}{cond['status']}", cond["message"])
 

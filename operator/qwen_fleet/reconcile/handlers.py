@@ -35,7 +35,7 @@ from qwen_fleet.reconcile.kube import KubeClient
 from qwen_fleet.reconcile.leader import LeaderElector, LeaseTimings
 from qwen_fleet.reconcile.queue import Key, WorkQueue
 from qwen_fleet.reconcile.store import Store, compact_child, instance_key, owner_key, pod_summary
-from qwen_fleet.reconcile.workload import LWS
+from qwen_fleet.reconcile.workload import KEDA, LWS
 from qwen_fleet.render import Capabilities
 from qwen_fleet.render.common import INSTANCE_LABEL, MANAGED_BY_LABEL
 
@@ -71,6 +71,8 @@ def optional_groups(caps: Capabilities) -> set[str]:
         groups.add("monitoring.coreos.com")
     if caps.leader_worker_set:
         groups.add(LWS.api_version.split("/")[0])
+    if caps.keda:
+        groups.add(KEDA.group)
     return groups
 
 

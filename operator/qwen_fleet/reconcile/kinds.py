@@ -15,8 +15,9 @@ class ChildKind:
     # Deleted when the spec stops asking for it. Never the Deployment or the Service: those go only with the
     # QwenInference (garbage collection), so a spec mistake cannot take a serving fleet's front door away.
     prunable: bool
-    # Served only where a CRD is installed (the Prometheus Operator's, LeaderWorkerSet's); rendered only when the
-    # cluster has it, and left out of the start-up permission check.
+    # Served only where a CRD is installed (the Prometheus Operator's, LeaderWorkerSet's, KEDA's); rendered only
+    # when the cluster has it (or, for a kind the spec cannot do without, Stalled), and left out of the start-up
+    # permission check.
     optional: bool = False
     # The fleet's workload (Deployment or LeaderWorkerSet): deleted only when the spec moves a replica to the
     # other kind, after the new workload is Ready (reconcile/changes.py).
@@ -33,6 +34,8 @@ CHILD_KINDS: tuple[ChildKind, ...] = (
               optional=True, workload=True),
     ChildKind("Service", "", "v1", "services", prunable=False),
     ChildKind("HorizontalPodAutoscaler", "autoscaling", "v2", "horizontalpodautoscalers", prunable=True),
+    # The autoscaler of engine keda (render/keda.py): KEDA makes and drives its own HPA from it.
+    ChildKind("ScaledObject", "keda.sh", "v1alpha1", "scaledobjects", prunable=True, optional=True),
     ChildKind("PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets", prunable=True),
     ChildKind("ConfigMap", "", "v1", "configmaps", prunable=True),
     ChildKind("PersistentVolumeClaim", "", "v1", "persistentvolumeclaims", prunable=True),

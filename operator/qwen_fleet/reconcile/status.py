@@ -15,6 +15,7 @@ from typing import Any
 
 from qwen_fleet.plan import Plan
 from qwen_fleet.reconcile.prefetch import Prefetch, failed_message
+from qwen_fleet.render.keda import keda_hpa_name
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class Observed:
     """Children as the watches last saw them (dicts as the API returns them)."""
 
     deployment: dict[str, Any] | None = None
-    hpa: dict[str, Any] | None = None
+    autoscaler: dict[str, Any] | None = None  # the fleet's HorizontalPodAutoscaler or KEDA ScaledObject
     pods: tuple[dict[str, Any], ...] = ()  # summaries, see reconcile.store.pod_summary
     nccl: dict[str, Any] | None = None  # status.nccl from the newest preflight report
     prefetch: Prefetch | None = None  # the model prefetch Job the spec asks for (reconcile/prefetch.py)
@@ -109,11 +110,13 @@ def _rollout(plan: Plan, dep: dict[str, Any] | None, pods: tuple[dict[str, Any],
                                           f"{available}/{desired} available")
 
 
-def _scaling(hpa: dict[str, Any] | None, old: list[dict[str, Any]], generation: int,
+def _scaling(autoscaler: dict[str, Any] | None, old: list[dict[str, Any]], generation: int,
              now: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    if hpa is None:
+    if autoscaler is None:
         return [], None
-    st = hpa.get("status") or {}
+    if autoscaler.get("kind") == "ScaledObject":
+        return _keda_scaling(autoscaler, old, generation, now)
+    st = autoscaler.get("status") or {}
     conds = {c.get("type"): c for c in st.get("conditions") or []}
     mirrored = []
     words = []
@@ -124,9 +127,42 @@ def _scaling(hpa: dict[str, Any] | None, old: list[dict[str, Any]], generation: 
         mirrored.append(condition(old, type_, str(c.get("status", "Unknown")), str(c.get("reason") or "Unknown"),
                                   str(c.get("message", "")), generation, now))
         words.append(f"{type_}={c.get('status')} ({c.get('reason')}): {c.get('message', '')}")
-    summary = {"currentReplicas": st.get("currentReplicas"), "desiredReplicas": st.get("desiredReplicas"),
+    summary = {"engine": "hpa", "hpaName": (autoscaler.get("metadata") or {}).get("name"),
+               "currentReplicas": st.get("currentReplicas"), "desiredReplicas": st.get("desiredReplicas"),
                "message": "; ".join(words)}
     return mirrored, {k: v for k, v in summary.items() if v is not None}
+
+
+# KEDA's ScaledObject conditions (keda.sh/v1alpha1, apis/keda/v1alpha1/condition_types.go). Ready and Fallback
+# become conditions of the resource (they change when the autoscaler breaks or mends: the Prometheus query fails
+# or works again); Active and Paused only go into the message: Active flips with every idle/busy turn.
+KEDA_MIRRORED = {"Ready": "ScaledObjectReady", "Fallback": "ScaledObjectFallback"}
+KEDA_WORDS = ("Ready", "Active", "Fallback", "Paused")
+
+
+def _words(type_: str, cond: dict[str, Any]) -> str:
+    # KEDA initialises a condition with a status alone (Paused False has no reason until a pause is lifted).
+    reason, message = cond.get("reason"), cond.get("message")
+    return f"{type_}={cond.get('status')}" + (f" ({reason})" if reason else "") + (f": {message}" if message else "")
+
+
+def _keda_scaling(scaled: dict[str, Any], old: list[dict[str, Any]], generation: int,
+                  now: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The ScaledObject's view. KEDA's own HPA (status.hpaName) holds the replica counts; it is not a child of
+    the resource (KEDA owns it) and is not read, so the counts are left out (docs/autoscaling.md)."""
+    st = scaled.get("status") or {}
+    conds = {c.get("type"): c for c in st.get("conditions") or []}
+    mirrored = []
+    for type_, ours in KEDA_MIRRORED.items():
+        c = conds.get(type_)
+        if c is not None:
+            mirrored.append(condition(old, ours, str(c.get("status", "Unknown")), str(c.get("reason") or "Unknown"),
+                                      str(c.get("message", "")), generation, now))
+    words = [_words(t, conds[t]) for t in KEDA_WORDS if t in conds]
+    name = str((scaled.get("metadata") or {}).get("name") or "")
+    summary = {"engine": "keda", "hpaName": st.get("hpaName") or keda_hpa_name(name),
+               "message": "; ".join(words) if words else "KEDA has not reported on the ScaledObject yet"}
+    return mirrored, summary
 
 
 def compute_status(old_status: dict[str, Any] | None, generation: int, outcome: Outcome, plan: Plan | None,
@@ -167,7 +203,7 @@ def compute_status(old_status: dict[str, Any] | None, generation: int, outcome: 
                                message if not ready else "Up to date", generation, now),
                      condition(old, "Stalled", "False", "Progressing" if not ready else reason, "", generation,
                                now)]
-    scaling, autoscaling = _scaling(observed.hpa, old, generation, now)
+    scaling, autoscaling = _scaling(observed.autoscaler, old, generation, now)
     status["conditions"] = conds + scaling
     dep_status = (observed.deployment or {}).get("status") or {}
     for key in ("replicas", "readyReplicas", "updatedReplicas", "availableReplicas"):

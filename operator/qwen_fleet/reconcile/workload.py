@@ -19,6 +19,7 @@ from qwen_fleet.render import Capabilities
 
 WORKLOAD_KINDS = tuple(k.kind for k in CHILD_KINDS if k.workload)
 LWS = CHILD_KIND["LeaderWorkerSet"]
+KEDA = CHILD_KIND["ScaledObject"]
 
 
 def workload_kind(nodes: int) -> str:
@@ -34,6 +35,12 @@ def missing_capability(plan: Plan, caps: Capabilities) -> Outcome | None:
             f"not serve {LWS.api_version} {LWS.plural}: install LeaderWorkerSet (sigs.k8s.io/lws v0.9.0 or "
             "later: its CRD and controller), or set parallelism.nodes to 1. The operator retries on its next "
             "resync.")
+    if plan.autoscaler == "ScaledObject" and not caps.keda:
+        return Outcome.stalled(
+            "KedaMissing",
+            f"autoscaling.engine keda makes a KEDA ScaledObject, but this cluster does not serve "
+            f"{KEDA.api_version} {KEDA.plural}: install KEDA (v2.21 or later: its CRDs and operator), or set "
+            "autoscaling.engine to hpa. Nothing was changed; the operator retries on its next resync.")
     return None
 
 

@@ -11,6 +11,7 @@ from qwen_fleet.render.autoscaler import render_hpa
 from qwen_fleet.render.deployment import render_deployment
 from qwen_fleet.render.disruption import render_pdb
 from qwen_fleet.render.extras import render_model_cache_claim, render_preflight_config_map
+from qwen_fleet.render.keda import render_scaled_object
 from qwen_fleet.render.leaderworkerset import render_leader_worker_set
 from qwen_fleet.render.monitoring import render_prometheus_rule, render_service_monitor
 from qwen_fleet.render.prefetch import render_prefetch_job
@@ -25,9 +26,10 @@ class Capabilities:
     service_monitor: bool = False
     prometheus_rule: bool = False
     leader_worker_set: bool = False  # multi-node replicas need it; without it such a spec is Stalled
+    keda: bool = False  # autoscaling.engine keda needs KEDA's ScaledObject; without it such a spec is Stalled
 
 
-ALL_CAPABILITIES = Capabilities(service_monitor=True, prometheus_rule=True, leader_worker_set=True)
+ALL_CAPABILITIES = Capabilities(service_monitor=True, prometheus_rule=True, leader_worker_set=True, keda=True)
 
 
 def render_children(cr: QwenInference, plan: Plan, caps: Capabilities) -> list[dict[str, Any]]:
@@ -46,8 +48,8 @@ def render_children(cr: QwenInference, plan: Plan, caps: Capabilities) -> list[d
     multi_node = spec.parallelism.nodes > 1
     children.append(render_leader_worker_set(cr, plan) if multi_node else render_deployment(cr, plan))
     children.append(render_service(cr))
-    if spec.autoscaling.enabled:
-        children.append(render_hpa(cr))
+    if spec.autoscaling.enabled:  # one autoscaler, never both (reconcile/changes.py: switching engines)
+        children.append(render_scaled_object(cr) if spec.autoscaling.engine == "keda" else render_hpa(cr))
     if plan.max_replicas > 1:
         children.append(render_pdb(cr))
     if spec.monitoring.service_monitor and caps.service_monitor:

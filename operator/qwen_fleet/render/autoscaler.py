@@ -28,12 +28,12 @@ def _milli(value: float) -> str:
     return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
 
 
-def _rules(rules: ScalingRules) -> dict[str, Any]:
+def behavior_rules(rules: ScalingRules) -> dict[str, Any]:
     return {"stabilizationWindowSeconds": rules.stabilization_window_seconds, "selectPolicy": "Max",
             "policies": [{"type": "Pods", "value": rules.pods, "periodSeconds": rules.period_seconds}]}
 
 
-def _scale_target(cr: QwenInference) -> dict[str, str]:
+def scale_target(cr: QwenInference) -> dict[str, str]:
     # A multi-node replica is an LWS group: its scale subresource counts groups, and its selector
     # (status.hpaPodSelector) picks the leaders, the pods whose API server exports the queue metrics.
     if cr.spec.parallelism.nodes > 1:
@@ -53,11 +53,11 @@ def render_hpa(cr: QwenInference) -> dict[str, Any]:
         "kind": "HorizontalPodAutoscaler",
         "metadata": metadata(cr),
         "spec": {
-            "scaleTargetRef": _scale_target(cr),
+            "scaleTargetRef": scale_target(cr),
             "minReplicas": auto.min_replicas,
             "maxReplicas": auto.max_replicas or auto.min_replicas,
             "metrics": metrics,
-            "behavior": {"scaleUp": _rules(auto.behavior.scale_up),
-                         "scaleDown": _rules(auto.behavior.scale_down)},
+            "behavior": {"scaleUp": behavior_rules(auto.behavior.scale_up),
+                         "scaleDown": behavior_rules(auto.behavior.scale_down)},
         },
     }

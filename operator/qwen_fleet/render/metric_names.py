@@ -12,3 +12,7 @@ GPU_UTIL_SERIES = "DCGM_FI_DEV_GPU_UTIL"  # percent, one series per GPU
 QUEUE_METRIC = "vllm_num_requests_waiting"
 KV_CACHE_METRIC = "vllm_kv_cache_usage_ratio"
 GPU_UTIL_METRIC = "dcgm_gpu_utilization_percent"
+
+# Prometheus label that carries the fleet name: the ServiceMonitor's podTargetLabels copies the pod label
+# qwenfleet.io/inference, sanitised.
+FLEET_LABEL = "qwenfleet_io_inference"

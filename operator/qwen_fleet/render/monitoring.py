@@ -6,10 +6,8 @@ from typing import Any
 
 from qwen_fleet.api import QwenInference
 from qwen_fleet.render.common import HTTP_PORT_NAME, INSTANCE_LABEL, metadata, selector_labels
-from qwen_fleet.render.metric_names import KV_CACHE_SERIES, QUEUE_SERIES
-
-# Prometheus label that carries the fleet name (podTargetLabels sanitises "qwenfleet.io/inference").
-FLEET_LABEL = "qwenfleet_io_inference"
+from qwen_fleet.render.keda import keda_hpa_name
+from qwen_fleet.render.metric_names import FLEET_LABEL, KV_CACHE_SERIES, QUEUE_SERIES
 
 
 def render_service_monitor(cr: QwenInference) -> dict[str, Any]:
@@ -48,11 +46,13 @@ def render_prometheus_rule(cr: QwenInference) -> dict[str, Any]:
                                         "preemptions. Add replicas, lower maxNumSeqs or use an fp8 KV cache."}},
     ]
     if cr.spec.autoscaling.enabled:
+        # The HPA that sets the replica count: ours, or the one KEDA makes for the ScaledObject.
+        hpa = keda_hpa_name(cr.name) if cr.spec.autoscaling.engine == "keda" else cr.name
         rules.append({
             "alert": "QwenInferenceAtMaxReplicas",
             "expr": (f'kube_horizontalpodautoscaler_status_current_replicas{{namespace="{cr.namespace}",'
-                     f'horizontalpodautoscaler="{cr.name}"}} >= kube_horizontalpodautoscaler_spec_max_replicas'
-                     f'{{namespace="{cr.namespace}",horizontalpodautoscaler="{cr.name}"}}'),
+                     f'horizontalpodautoscaler="{hpa}"}} >= kube_horizontalpodautoscaler_spec_max_replicas'
+                     f'{{namespace="{cr.namespace}",horizontalpodautoscaler="{hpa}"}}'),
             "for": "15m", "labels": labels,
             "annotations": {"summary": f"{cr.namespace}/{cr.name}: at maxReplicas",
                             "description": "The autoscaler has wanted more replicas than maxReplicas for 15 "
