@@ -81,7 +81,7 @@ def diff(before: dict[str, int], after: dict[str, int], n: int, top: int) -> lis
             for k, d in rows[:top]]
 
 
-def run(n: int, frames: int, timeout: float) -> dict[str, Any]:
+def run(n: int, frames: int, timeout: float, env: dict[str, str] | None = None) -> dict[str, Any]:
     docs = resources(n)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -92,13 +92,13 @@ def run(n: int, frames: int, timeout: float) -> dict[str, Any]:
         cluster = cluster_for(docs, work / "cluster")
         cluster.install_crd(ROOT / "crds" / "qwenfleet.io_qweninferences.yaml")
         pythonpath = os.pathsep.join(filter(None, [str(hook_dir), os.environ.get("PYTHONPATH")]))
-        operator = OperatorProcess(cluster, work / "operator.log", env={
-            "PYTHONPATH": pythonpath, "QF_TRACEMALLOC_DIR": str(snaps), "QF_TRACEMALLOC_FRAMES": str(frames)})
+        traced = {"PYTHONPATH": pythonpath, "QF_TRACEMALLOC_DIR": str(snaps), "QF_TRACEMALLOC_FRAMES": str(frames)}
+        operator = OperatorProcess(cluster, work / "operator.log", env={**(traced if frames else {}), **(env or {})})
         try:
             operator.start()
             assert operator.proc is not None
             time.sleep(2)
-            idle = _snapshot(operator, snaps, 1)
+            idle = _snapshot(operator, snaps, 1) if frames else None
             rss_idle, _ = _rss_cpu(operator.proc.pid)
             api = api_client(str(cluster.kubeconfig))
             qwis = Recorder(api, f"/apis/qwenfleet.io/v1alpha1/namespaces/{NAMESPACE}/qweninferences",
@@ -109,11 +109,17 @@ def run(n: int, frames: int, timeout: float) -> dict[str, Any]:
             took = time.monotonic() - start
             qwis.stop()
             time.sleep(45)  # the HPAs' first conditions are mirrored once (as in the fleet bench's settle)
-            loaded = _snapshot(operator, snaps, 2)
+            loaded = _snapshot(operator, snaps, 2) if frames else None
             rss_loaded, _ = _rss_cpu(operator.proc.pid)
         finally:
             operator.stop()
             cluster.cleanup()
+    rss = {"idle": round(rss_idle, 1), "loaded": round(rss_loaded, 1),
+           "kib_per_fleet": round((rss_loaded - rss_idle) * 1024 / n, 1)}
+    head = {"n": n, "all_ready": ready, "seconds_to_ready": round(took, 1), "operator_env": env or {},
+            "tracemalloc_frames": frames, "rss_mib": rss}
+    if idle is None or loaded is None:
+        return head
     by_file_before, by_file_after = group(idle, "filename"), group(loaded, "filename")
     by_pkg_before: dict[str, int] = defaultdict(int)
     by_pkg_after: dict[str, int] = defaultdict(int)
@@ -123,10 +129,7 @@ def run(n: int, frames: int, timeout: float) -> dict[str, Any]:
         by_pkg_after[package(k)] += v
     traced = sum(by_file_after.values()) - sum(by_file_before.values())
     return {
-        "n": n, "all_ready": ready, "seconds_to_ready_under_tracemalloc": round(took, 1),
-        "tracemalloc_frames": frames,
-        "rss_mib": {"idle": round(rss_idle, 1), "loaded": round(rss_loaded, 1),
-                    "kib_per_fleet": round((rss_loaded - rss_idle) * 1024 / n, 1)},
+        **head,
         "traced_kib_per_fleet": round(traced / 1024 / n, 1),
         "traced_mib": {"idle": round(sum(by_file_before.values()) / 2**20, 1),
                        "loaded": round(sum(by_file_after.values()) / 2**20, 1)},
@@ -137,6 +140,10 @@ def run(n: int, frames: int, timeout: float) -> dict[str, Any]:
 
 
 def summary(result: dict[str, Any]) -> str:
+    if "by_file" not in result:
+        return (f"RSS (no tracemalloc, operator env {result['operator_env']}): idle {result['rss_mib']['idle']} MiB, "
+                f"with {result['n']} Ready fleets {result['rss_mib']['loaded']} MiB: "
+                f"{result['rss_mib']['kib_per_fleet']} KiB per fleet\n")
     lines = [f"# Operator memory per fleet (tracemalloc, N={result['n']})", "",
              f"RSS idle {result['rss_mib']['idle']} MiB, with {result['n']} Ready fleets "
              f"{result['rss_mib']['loaded']} MiB: {result['rss_mib']['kib_per_fleet']} KiB per fleet "
@@ -151,11 +158,14 @@ def summary(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=300)
-    parser.add_argument("--frames", type=int, default=1, help="traceback depth tracemalloc keeps (1 is cheapest)")
+    parser.add_argument("--frames", type=int, default=1, help="traceback depth tracemalloc keeps (1 is cheapest; 0: "
+                        "no tracemalloc, RSS only)")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="set in the operator's environment (e.g. MALLOC_ARENA_MAX=2)")
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--output", type=Path, default=RESULTS / "fleet-memory.json")
     args = parser.parse_args(argv)
-    result = run(args.n, args.frames, args.timeout)
+    result = run(args.n, args.frames, args.timeout, dict(item.split("=", 1) for item in args.env))
     args.output.write_text(json.dumps(result, indent=1) + "\n")
     args.output.with_suffix(".md").write_text(summary(result))
     print(summary(result))
