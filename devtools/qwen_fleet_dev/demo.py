@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -137,7 +138,17 @@ class DemoError(RuntimeError):
     pass
 
 
+def _stop_on_signal(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def run_demo(example: Path, keep: bool = True, real_node: bool = False) -> int:
+    # Ctrl-C (SIGINT) and SIGTERM stop everything this run started. Said explicitly: a shell script that starts a
+    # command in the background (`cmd &`, as CI runners and nohup wrappers do) starts it with SIGINT ignored,
+    # and Python then installs no KeyboardInterrupt handler, so Ctrl-C or `kill -INT` would do nothing (two cold
+    # runs of `make test` started that way hung here).
+    signal.signal(signal.SIGINT, _stop_on_signal)
+    signal.signal(signal.SIGTERM, _stop_on_signal)
     if not real_node and not example.exists():
         print(f"qwen-fleet: example {example} not found", file=sys.stderr)
         return 1
@@ -170,9 +181,8 @@ def run_demo(example: Path, keep: bool = True, real_node: bool = False) -> int:
         say(f"{name} is Ready ({time.monotonic() - began:.1f}s since start)")
         if keep:
             say(f"running; try: KUBECONFIG={kubeconfig} kubectl get qwi -A. Ctrl-C stops everything.")
-            # Not signal.pause(): a SIGINT that lands after Python's last check for signals and before the
-            # pause(2) call is handled only by the next signal, so Ctrl-C would wait forever. A short sleep
-            # in a loop raises the pending KeyboardInterrupt within half a second.
+            # Not signal.pause(): a signal that lands after Python's last check for signals and before the
+            # pause(2) call is handled only by the next one. A short sleep in a loop never misses it.
             while True:
                 time.sleep(0.5)
         return 0
