@@ -31,8 +31,13 @@ from bench.watch import Recorder, api_client, exists, qwi_ready
 RESULTS = Path(__file__).resolve().parent / "results"
 
 HOOK = '''\
-import gc, os, signal, tracemalloc
-tracemalloc.start(int(os.environ.get("QF_TRACEMALLOC_FRAMES", "1")))
+import ctypes, gc, os, signal, tracemalloc
+if int(os.environ.get("QF_TRACEMALLOC_FRAMES", "1")):
+    tracemalloc.start(int(os.environ.get("QF_TRACEMALLOC_FRAMES", "1")))
+def _trim(signum, frame):
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+signal.signal(signal.SIGUSR1, _trim)
 _count = [0]
 def _dump(signum, frame):
     gc.collect()
@@ -93,7 +98,8 @@ def run(n: int, frames: int, timeout: float, env: dict[str, str] | None = None) 
         cluster.install_crd(ROOT / "crds" / "qwenfleet.io_qweninferences.yaml")
         pythonpath = os.pathsep.join(filter(None, [str(hook_dir), os.environ.get("PYTHONPATH")]))
         traced = {"PYTHONPATH": pythonpath, "QF_TRACEMALLOC_DIR": str(snaps), "QF_TRACEMALLOC_FRAMES": str(frames)}
-        operator = OperatorProcess(cluster, work / "operator.log", env={**(traced if frames else {}), **(env or {})})
+        traced["QF_TRACEMALLOC_FRAMES"] = str(frames)
+        operator = OperatorProcess(cluster, work / "operator.log", env={**traced, **(env or {})})
         try:
             operator.start()
             assert operator.proc is not None
@@ -111,11 +117,16 @@ def run(n: int, frames: int, timeout: float, env: dict[str, str] | None = None) 
             time.sleep(45)  # the HPAs' first conditions are mirrored once (as in the fleet bench's settle)
             loaded = _snapshot(operator, snaps, 2) if frames else None
             rss_loaded, _ = _rss_cpu(operator.proc.pid)
+            operator.proc.send_signal(signal.SIGUSR1)  # gc + malloc_trim(0): free heap pages go back to the OS
+            time.sleep(3)
+            rss_trimmed, _ = _rss_cpu(operator.proc.pid)
         finally:
             operator.stop()
             cluster.cleanup()
     rss = {"idle": round(rss_idle, 1), "loaded": round(rss_loaded, 1),
-           "kib_per_fleet": round((rss_loaded - rss_idle) * 1024 / n, 1)}
+           "kib_per_fleet": round((rss_loaded - rss_idle) * 1024 / n, 1),
+           "after_malloc_trim": round(rss_trimmed, 1),
+           "kib_per_fleet_after_malloc_trim": round((rss_trimmed - rss_idle) * 1024 / n, 1)}
     head = {"n": n, "all_ready": ready, "seconds_to_ready": round(took, 1), "operator_env": env or {},
             "tracemalloc_frames": frames, "rss_mib": rss}
     if idle is None or loaded is None:
@@ -143,7 +154,9 @@ def summary(result: dict[str, Any]) -> str:
     if "by_file" not in result:
         return (f"RSS (no tracemalloc, operator env {result['operator_env']}): idle {result['rss_mib']['idle']} MiB, "
                 f"with {result['n']} Ready fleets {result['rss_mib']['loaded']} MiB: "
-                f"{result['rss_mib']['kib_per_fleet']} KiB per fleet\n")
+                f"{result['rss_mib']['kib_per_fleet']} KiB per fleet; after gc + malloc_trim(0) "
+                f"{result['rss_mib']['after_malloc_trim']} MiB: {result['rss_mib']['kib_per_fleet_after_malloc_trim']} "
+                "KiB per fleet\n")
     lines = [f"# Operator memory per fleet (tracemalloc, N={result['n']})", "",
              f"RSS idle {result['rss_mib']['idle']} MiB, with {result['n']} Ready fleets "
              f"{result['rss_mib']['loaded']} MiB: {result['rss_mib']['kib_per_fleet']} KiB per fleet "
