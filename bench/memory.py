@@ -168,17 +168,24 @@ def summary(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def env_setting(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--frames", type=int, default=1, help="traceback depth tracemalloc keeps (1 is cheapest; 0: "
                         "no tracemalloc, RSS only)")
-    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", type=env_setting,
                         help="set in the operator's environment (e.g. MALLOC_ARENA_MAX=2)")
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--output", type=Path, default=RESULTS / "fleet-memory.json")
     args = parser.parse_args(argv)
-    result = run(args.n, args.frames, args.timeout, dict(item.split("=", 1) for item in args.env))
+    result = run(args.n, args.frames, args.timeout, dict(args.env))
     args.output.write_text(json.dumps(result, indent=1) + "\n")
     args.output.with_suffix(".md").write_text(summary(result))
     print(summary(result))
