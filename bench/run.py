@@ -72,8 +72,9 @@ def summary(results: dict[str, Any]) -> str:
     if "fleet" in results:
         lines += ["| N | GPUs | bare limit: all Available (s) | operator: all Ready (s) | ratio | per-CR to "
                   "Deployment p50/p99 (s) | per-CR to Ready p50/p99 (s) | steady writes/min | steady CPU s/min | "
-                  "RSS MiB | restart: verify all (s) | restart writes | single change (s) |",
-                  "|" + "---|" * 13]
+                  "RSS MiB | restart: verify all (s) | restart writes | single change (s) | writes per fleet: at all "
+                  "Ready / 45 s later |",
+                  "|" + "---|" * 14]
         for n, r in results["fleet"].items():
             op = r["operator"]
             b = op["burst"]
@@ -84,7 +85,8 @@ def summary(results: dict[str, Any]) -> str:
                 f"{b['per_cr_to_ready_seconds'].get('p99')} | {op['steady']['writes_per_minute']} | "
                 f"{op['steady']['cpu_seconds_per_minute']} | {op['steady']['rss_mib']} | "
                 f"{op['restart']['seconds_to_verify_all']} | {op['restart']['writes']} | "
-                f"{op['single_change']['seconds_to_deployment_change']} |")
+                f"{op['single_change']['seconds_to_deployment_change']} | {b['operator_writes_per_fleet']} / "
+                f"{b.get('settled', {}).get('operator_writes_per_fleet', '-')} |")
         lines.append("")
     if "autoscaling" in results:
         lines += ["Autoscaling: see autoscaling.json / autoscaling.png.", ""]
