@@ -64,6 +64,12 @@ class QwenInferenceSpec(ApiModel, rules=[
          or s.engine.scheduling_policy in (None, "priority"),
          message="routing.priorityClasses need vLLM's priority scheduling: remove engine.schedulingPolicy fcfs "
                  "(the classes turn on --scheduling-policy priority)"),
+    Rule(cel="!has(self.routing) || !has(self.engine.enablePrefixCaching) || self.engine.enablePrefixCaching || "
+             "self.routing.scorers.prefixCache == 0",
+         check=lambda s: s.routing is None or s.engine.enable_prefix_caching is not False
+         or s.routing.scorers.prefix_cache == 0,
+         message="routing.scorers.prefixCache must be 0 with engine.enablePrefixCaching: false: the endpoint picker "
+                 "would send requests after prefix hits vLLM does not have"),
 ]):
     """Desired state of a vLLM fleet serving one Qwen model."""
 
