@@ -8,6 +8,9 @@
 #     cert-manager.io_certificates.yaml, cert-manager.io_issuers.yaml, cert-manager.io_clusterissuers.yaml
 #     leaderworkerset.x-k8s.io_leaderworkersets.yaml (LeaderWorkerSet: multi-node replicas)
 #     keda.sh_scaledobjects.yaml (KEDA: autoscaling.engine keda)
+#     inference.networking.k8s.io_inferencepools.yaml, inference.networking.x-k8s.io_inferenceobjectives.yaml
+#       (the Gateway API Inference Extension: spec.routing)
+#     gateway.networking.k8s.io_httproutes.yaml (the Gateway API, standard channel: spec.routing.gateway)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=hack/versions.env
@@ -15,6 +18,7 @@ source "$here/versions.env"
 QF_CACHE=${QF_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qwen-fleet}
 export GOTOOLCHAIN=${GOTOOLCHAIN:-local} GOFLAGS=${GOFLAGS:--mod=mod}
 out="$QF_CACHE/crds/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION-cert-manager-$CERT_MANAGER_VERSION-lws-$LWS_VERSION-keda-$KEDA_VERSION"
+out="$out-giex-$GATEWAY_API_INFERENCE_EXTENSION_VERSION-gwapi-$GATEWAY_API_VERSION"
 
 module_dir() { # module@version -> its unpacked folder in the module cache
   go mod download -json "$1" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p'
@@ -34,6 +38,11 @@ if [ ! -f "$out/.complete" ]; then
   cp "$lws/config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml" "$out.tmp/"
   keda=$(module_dir "github.com/kedacore/keda/v2@$KEDA_VERSION")
   cp "$keda/config/crd/bases/keda.sh_scaledobjects.yaml" "$out.tmp/"
+  giex=$(module_dir "sigs.k8s.io/gateway-api-inference-extension@$GATEWAY_API_INFERENCE_EXTENSION_VERSION")
+  cp "$giex/config/crd/bases/inference.networking.k8s.io_inferencepools.yaml" \
+     "$giex/config/crd/bases/inference.networking.x-k8s.io_inferenceobjectives.yaml" "$out.tmp/"
+  gwapi=$(module_dir "sigs.k8s.io/gateway-api@$GATEWAY_API_VERSION")
+  cp "$gwapi/config/crd/standard/gateway.networking.k8s.io_httproutes.yaml" "$out.tmp/"
   chmod u+w "$out.tmp"/*
   touch "$out.tmp/.complete"
   rm -rf "$out"; mv "$out.tmp" "$out"

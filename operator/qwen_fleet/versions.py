@@ -24,3 +24,8 @@ CERT_MANAGER = "v1.19.1"
 LWS = "v0.9.0"
 # KEDA (autoscaling.engine keda): its real ScaledObject CRD for the dry-runs and the integration test.
 KEDA = "v2.21.0"
+# The Gateway API Inference Extension (spec.routing): the endpoint picker's default image tag and the real
+# InferencePool and InferenceObjective CRDs (sigs.k8s.io/gateway-api-inference-extension); v1.6.0 keeps only a
+# round-robin picker. The Gateway API's own CRDs (HTTPRoute) from sigs.k8s.io/gateway-api.
+GATEWAY_API_INFERENCE_EXTENSION = "v1.5.0"
+GATEWAY_API = "v1.5.1"

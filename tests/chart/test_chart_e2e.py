@@ -213,9 +213,19 @@ NOT_EXERCISED_HERE = {("delete", "apps", "deployments")} | {
     # admin); its kind is watched here like the other.
     ("patch", "qwenfleet.io", "qwenbatches/status"), ("update", "qwenfleet.io", "qwenbatches/finalizers"),
     ("get", "", "configmaps")} | {
-    (verb, group, resource) for verb in ("create", "patch") for group, resource in (
+    # The runner's and the endpoint picker's ServiceAccount, Role and RoleBinding: watched here, never written (no
+    # batch, no fleet with spec.routing in this run: tests/integration/test_routing.py makes and prunes them).
+    (verb, group, resource) for verb in ("patch", "delete") for group, resource in (
         ("", "serviceaccounts"), ("rbac.authorization.k8s.io", "roles"),
-        ("rbac.authorization.k8s.io", "rolebindings"))}
+        ("rbac.authorization.k8s.io", "rolebindings"))} | {
+    # spec.routing: the Inference Extension's and the Gateway API's kinds are watched here (their CRDs are
+    # installed), never written; `get` is held only for the picker's Role to grant it, and InferenceModelRewrites
+    # (which the picker reads) are never a request of the operator's own.
+    ("get", "", "pods"), ("patch", "gateway.networking.k8s.io", "httproutes"),
+    ("delete", "gateway.networking.k8s.io", "httproutes")} | {
+    (verb, group, resource) for verb in ("get", "patch", "delete") for group, resource in (
+        ("inference.networking.k8s.io", "inferencepools"), ("inference.networking.x-k8s.io", "inferenceobjectives"))
+    } | {(verb, "inference.networking.x-k8s.io", "inferencemodelrewrites") for verb in ("get", "list", "watch")}
 
 
 def test_the_run_used_every_granted_rule_and_nothing_else(release: Release) -> None:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from qwen_fleet import versions
-from qwen_fleet.reconcile.kinds import CHILD_KINDS
+from qwen_fleet.reconcile.kinds import CHILD_KINDS, routing_permissions
 from qwen_fleet.reconcile.run import REQUIRED
 from tests.chart.support import (
     ALL_FEATURES,
@@ -28,6 +28,8 @@ from tests.chart.support import (
 )
 
 NAMESPACED = {"watchNamespaces": ["team-a", "team-b"]}
+# Kinds the operator may `get`: what a Role it creates grants (a QwenBatch runner's, the endpoint picker's).
+GRANTED_GET = {"configmaps", "pods", "inferencepools", "inferenceobjectives", "inferencemodelrewrites"}
 VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
 SCHEMA = json.loads((CHART / "values.schema.json").read_text())
 
@@ -121,17 +123,18 @@ def test_rbac_has_no_wildcards_no_secrets_no_nodes_and_never_deletes_the_fleet(v
             assert not any("*" in item for item in rule.get(key, [])), where
         assert set(rule["verbs"]) <= allowed_verbs, where
         assert not {"secrets", "nodes", "serviceaccounts/token"} & set(rule["resources"]), where
-        if "serviceaccounts" in rule["resources"]:  # a QwenBatch runner's own account: made, never read or used
-            assert rule["resources"] == ["serviceaccounts"] and rule["verbs"] == ["create", "patch"], where
+        if "serviceaccounts" in rule["resources"]:  # a QwenBatch runner's, the endpoint picker's: never read or used
+            assert rule["resources"] == ["serviceaccounts"] and "get" not in rule["verbs"], where
         if "namespaces" in rule["resources"]:
             assert values.get("watchNamespaces") and rule["verbs"] == ["list", "watch"], where
         assert "nonResourceURLs" not in rule, where
         if rule["resources"] == ["leases"]:  # leader election: its own Lease only (create cannot name it)
             assert ns and (rule.get("resourceNames") or rule["verbs"] == ["create"]), where
             continue
-        # `get` on ConfigMaps only: a QwenBatch runner's Role grants it on its output, and RBAC lets the operator
-        # grant only what it holds; it reads nothing new (it lists and watches ConfigMaps already).
-        assert "get" not in rule["verbs"] or (rule["resources"] == ["configmaps"] and "list" in rule["verbs"]), where
+        # `get` only where a Role the operator makes grants it (a QwenBatch runner's on its output ConfigMap, the
+        # endpoint picker's reads), since RBAC lets the operator grant only what it holds; it reads nothing new
+        # (it lists and watches those kinds already).
+        assert "get" not in rule["verbs"] or (set(rule["resources"]) <= GRANTED_GET and "list" in rule["verbs"]), where
         if "update" in rule["verbs"]:
             assert rule["resources"] in (["qweninferences/finalizers"], ["qwenbatches/finalizers"]), where
         if "delete" in rule["verbs"]:
@@ -159,8 +162,17 @@ def test_rbac_grants_every_child_kind_what_the_operator_does_to_it() -> None:
         for child in CHILD_KINDS:
             for verb in ("create", "patch", "list", "watch"):
                 assert grants(rules, verb, child.group, child.plural), f"{verb} {child.plural} {values}"
-            deletes = child.prunable or child.workload
+            deletes = child.prunable or child.workload or bool(child.prunable_suffixes)
             assert grants(rules, "delete", child.group, child.plural) == deletes, child.plural
+
+
+def test_rbac_holds_what_the_endpoint_pickers_role_grants() -> None:
+    """The operator creates the picker's Role (spec.routing); the apiserver refuses a Role that grants more than
+    its creator holds, so the chart must hold every one of those rules."""
+    for values in ({}, NAMESPACED):
+        rules = [r for _, _, r in rules_of(template(values))]
+        missing = [req for req in routing_permissions() if not grants(rules, *req)]
+        assert missing == [], values
 
 
 def test_namespaced_mode_uses_roles_per_namespace() -> None:

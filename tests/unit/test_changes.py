@@ -24,6 +24,9 @@ ENV = {"engine": {"env": [{"name": "EXTRA_FLAG", "value": "1"}]}}
 NODES2 = {"parallelism": {"pipeline": 2, "nodes": 2}}
 KEDA = {"autoscaling": {"enabled": True, "engine": "keda", "minReplicas": 1, "maxReplicas": 3,
                         "keda": {"prometheusAddress": "http://prometheus.monitoring.svc:9090"}}}
+ROUTED = {"routing": {"gateway": {"name": "gw"}}}
+PICKER = ["ConfigMap/q-epp", "ServiceAccount/q-epp", "Role/q-epp", "RoleBinding/q-epp", "Deployment/q-epp",
+          "Service/q-epp", "InferencePool/q", "HTTPRoute/q"]
 
 
 def render(**extra: Any) -> list[dict[str, Any]]:
@@ -176,6 +179,21 @@ CASES = {
         render(), stored(render(**KEDA)), [["Deployment/q"]], prune=["ScaledObject/q", "PodDisruptionBudget/q"]),
     "engine keda, nodes 1 -> 2: the ScaledObject kept (it names the Deployment) while the LeaderWorkerSet is made":
         Case(render(**NODES2, **KEDA), ready(stored(render(**KEDA)), "Deployment"), [["LeaderWorkerSet/q"]]),
+    # spec.routing: the picker's Deployment is a child like the others, never the fleet's workload.
+    "create with routing: the fleet's Deployment alone first, the picker with the rest": Case(
+        render(**ROUTED), {}, [["Deployment/q"], ["Service/q", *PICKER]], undo=True),
+    "routing, unchanged: nothing (the picker's Deployment is no workload of another kind)": Case(
+        render(**ROUTED), stored(render(**ROUTED)), []),
+    "routing added to a running fleet: the picker's children, checked together first": Case(
+        render(**ROUTED), stored(render()), [PICKER], dry_run=PICKER),
+    "routing removed: every routing child pruned, the picker's Deployment too; no Service, no fleet workload": Case(
+        render(), stored(render(**ROUTED)), [], prune=[p for p in PICKER if p != "Service/q-epp"]),
+    "routing, nodes 1 -> 2: the LeaderWorkerSet is made; the picker's Deployment stays": Case(
+        render(**NODES2, **ROUTED), ready(stored(render(**ROUTED)), "Deployment"), [["LeaderWorkerSet/q"]]),
+    "routing, nodes 1 -> 2, Ready: the fleet's Deployment goes, never the picker's": Case(
+        render(**NODES2, **ROUTED), both(ready(stored(render(**NODES2, **ROUTED)), "LeaderWorkerSet"),
+                                         ready(stored(render(**ROUTED)), "Deployment")),
+        [["Service/q", "InferencePool/q"]], dry_run=["Service/q", "InferencePool/q"], prune=["Deployment/q"]),
     "refused by the planner (Stalled): nothing, the running fleet is kept": Case(
         None, stored(render(**AUTOSCALED)), []),
     "refused by the apiserver for this generation: nothing until the spec changes": Case(
@@ -291,3 +309,27 @@ def test_multi_node_without_the_leaderworkerset_api_is_stalled_with_the_fix() ->
     assert missing_capability(plan, Capabilities(leader_worker_set=True)) is None
     single = QwenInference.model_validate({"metadata": {"name": "q", "namespace": "ns"}, "spec": copy.deepcopy(BASE)})
     assert missing_capability(make_plan(single, OperatorConfig()), Capabilities()) is None
+
+
+def test_routing_without_its_crds_is_stalled_naming_the_missing_kind() -> None:
+    from qwen_fleet.reconcile.workload import missing_capability
+
+    def plan_of(routing: dict[str, Any]) -> Any:
+        cr = QwenInference.model_validate({"metadata": {"name": "q", "namespace": "ns"},
+                                           "spec": {**copy.deepcopy(BASE), "routing": routing}})
+        return make_plan(cr, OperatorConfig())
+
+    classes = {"priorityClasses": [{"name": "interactive", "priority": 10}]}
+    everything = Capabilities(inference_pool=True, inference_objective=True, http_route=True)
+    outcome = missing_capability(plan_of({}), Capabilities())
+    assert outcome is not None and (outcome.kind, outcome.reason) == ("stalled", "InferencePoolMissing")
+    assert "inference.networking.k8s.io/v1 inferencepools" in outcome.message
+    assert "gateway-api-inference-extension v1.5.0" in outcome.message and "remove routing." in outcome.message
+    assert missing_capability(plan_of({}), Capabilities(inference_pool=True)) is None
+    outcome = missing_capability(plan_of({"gateway": {"name": "gw"}}), Capabilities(inference_pool=True))
+    assert outcome is not None and outcome.reason == "HTTPRouteMissing"
+    assert "gateway.networking.k8s.io/v1 httproutes" in outcome.message and "remove routing.gateway" in outcome.message
+    outcome = missing_capability(plan_of(classes), Capabilities(inference_pool=True, http_route=True))
+    assert outcome is not None and outcome.reason == "InferenceObjectiveMissing"
+    assert "remove routing.priorityClasses" in outcome.message
+    assert missing_capability(plan_of({"gateway": {"name": "gw"}, **classes}), everything) is None

@@ -9,6 +9,7 @@ from pydantic import Field
 from qwen_fleet.api.base import ApiModel, NamedObject, Rule
 from qwen_fleet.api.engine import EngineSpec, ModelSpec
 from qwen_fleet.api.fleet import GpuSpec, NcclSpec, Parallelism, Resources, Scheduling, ServiceSpec
+from qwen_fleet.api.routing import RoutingSpec
 from qwen_fleet.api.scaling import Autoscaling, Monitoring, Rollout
 from qwen_fleet.api.serving import ServingSpec, ServingStatus
 
@@ -57,6 +58,18 @@ class QwenInferenceSpec(ApiModel, rules=[
          check=lambda s: s.device != "CPU" or (s.gpu.product is None and s.gpu.memory_gi_b is None
                                                and s.engine.gpu_memory_utilization is None),
          message="gpu.product, gpu.memoryGiB and engine.gpuMemoryUtilization do not apply to device CPU"),
+    Rule(cel="!has(self.routing) || size(self.routing.priorityClasses) == 0 || "
+             "!has(self.engine.schedulingPolicy) || self.engine.schedulingPolicy == 'priority'",
+         check=lambda s: s.routing is None or not s.routing.priority_classes
+         or s.engine.scheduling_policy in (None, "priority"),
+         message="routing.priorityClasses need vLLM's priority scheduling: remove engine.schedulingPolicy fcfs "
+                 "(the classes turn on --scheduling-policy priority)"),
+    Rule(cel="!has(self.routing) || !has(self.engine.enablePrefixCaching) || self.engine.enablePrefixCaching || "
+             "self.routing.scorers.prefixCache == 0",
+         check=lambda s: s.routing is None or s.engine.enable_prefix_caching is not False
+         or s.routing.scorers.prefix_cache == 0,
+         message="routing.scorers.prefixCache must be 0 with engine.enablePrefixCaching: false: the endpoint picker "
+                 "would send requests after prefix hits vLLM does not have"),
 ]):
     """Desired state of a vLLM fleet serving one Qwen model."""
 
@@ -83,6 +96,11 @@ class QwenInferenceSpec(ApiModel, rules=[
     autoscaling: Autoscaling = Field(default_factory=Autoscaling, description="Queue-depth autoscaling.")
     monitoring: Monitoring = Field(default_factory=Monitoring, description="ServiceMonitor and alerts.")
     rollout: Rollout = Field(default_factory=Rollout, description="Rollout and drain.")
+    routing: RoutingSpec | None = Field(default=None, description="Inference-aware routing (opt-in): an "
+                                        "InferencePool over the serving pods, the Gateway API Inference "
+                                        "Extension's endpoint picker, an HTTPRoute to a named Gateway, request "
+                                        "priority classes. Needs the InferencePool CRD (and HTTPRoute's with a "
+                                        "gateway, InferenceObjective's with priorityClasses).")
 
     @property
     def gpus_per_replica(self) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from qwen_fleet.api import QwenInference
+from qwen_fleet.api import QwenInference, QwenInferenceSpec
 from qwen_fleet.api.resource import CapacityStatus
 from qwen_fleet.config import OperatorConfig
 from qwen_fleet.plan import quantities as q
@@ -45,6 +45,9 @@ class Plan:
     # The kind of the fleet's autoscaler (autoscaling.engine): HorizontalPodAutoscaler, ScaledObject (KEDA), or
     # None without autoscaling.
     autoscaler: str | None = None
+    # The kinds spec.routing makes that come from other projects' CRDs (InferencePool; InferenceObjective with
+    # priority classes; HTTPRoute with a gateway): reconcile/workload.py stalls a spec whose kind is not served.
+    routing_kinds: tuple[str, ...] = ()
 
     @property
     def feasible(self) -> bool:
@@ -104,4 +107,13 @@ def make_plan(cr: QwenInference, config: OperatorConfig) -> Plan:
         serving=serving,
         autoscaler=None if not autoscaling.enabled else (
             "ScaledObject" if autoscaling.engine == "keda" else "HorizontalPodAutoscaler"),
+        routing_kinds=_routing_kinds(spec),
     )
+
+
+def _routing_kinds(spec: QwenInferenceSpec) -> tuple[str, ...]:
+    routing = spec.routing
+    if routing is None:
+        return ()
+    return ("InferencePool", *(("InferenceObjective",) if routing.priority_classes else ()),
+            *(("HTTPRoute",) if routing.gateway is not None else ()))

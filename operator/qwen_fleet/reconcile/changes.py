@@ -13,7 +13,10 @@ The executor (controller.py) only carries a ChangeSet out. The rules, each with 
   (``undo_on_refusal``), so a new fleet is never half-made either, and the happy path costs no extra round
   trip.
 - Children of a prunable kind that the spec no longer asks for are deleted, after every apply succeeded
-  (never the Deployment or the Service: reconcile/kinds.py).
+  (never the fleet's Deployment or any Service; the endpoint picker's Deployment, ``<fleet>-epp``, is:
+  reconcile/kinds.py).
+- The fleet's workload is the Deployment or LeaderWorkerSet named as the fleet; the endpoint picker's Deployment
+  (spec.routing) is a child like the others in every rule below.
 - The workload changes kind (Deployment <-> LeaderWorkerSet, when a replica comes to span nodes or stops to):
   the new workload is made first, while the old one keeps serving behind the unchanged Service (and HPA and
   PDB, which name or select the old shape). Once the new one is Ready (reconcile/workload.py), the rest
@@ -45,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from qwen_fleet.reconcile.drift import drift
-from qwen_fleet.reconcile.kinds import CHILD_KIND
+from qwen_fleet.reconcile.kinds import CHILD_KIND, may_prune
 from qwen_fleet.reconcile.prefetch import PREFETCH_NEEDS, prefetch_of
 from qwen_fleet.reconcile.workload import WORKLOAD_KINDS, workload_ready
 from qwen_fleet.render.stamp import RENDERED_HASH_ANNOTATION
@@ -117,7 +120,8 @@ def plan_changes(desired: Sequence[Mapping[str, Any]] | None, observed: Mapping[
     """
     if desired is None or refused:
         return NOTHING
-    migrating = _migration(desired, observed)
+    fleet = fleet_name(desired)
+    migrating = _migration(desired, observed, fleet)
     # While the new workload is being made: only it (and what its pods mount) is applied, nothing is pruned.
     to_apply = [o for o in desired if o["kind"] not in _FRONT] if migrating == "making" else desired
     if _switching_autoscaler(desired, observed):
@@ -139,23 +143,35 @@ def plan_changes(desired: Sequence[Mapping[str, Any]] | None, observed: Mapping[
     dry_run: tuple[Apply, ...] = ()
     batches: tuple[tuple[Apply, ...], ...]
     if new_fleet and len(applies) > 1:
-        first = tuple(a for a in applies if a.key[0] in WORKLOAD_KINDS)
-        rest = tuple(a for a in applies if a.key[0] not in WORKLOAD_KINDS)
+        first = tuple(a for a in applies if _is_workload(a.key, fleet))
+        rest = tuple(a for a in applies if not _is_workload(a.key, fleet))
         batches = (first, rest) if first else (rest,)
     else:
         if len(applies) > 1:
             dry_run = tuple(applies)
         batches = (tuple(applies),) if applies else ()
-    prune = () if migrating == "making" or prefetching else _prunes(desired, observed,
+    prune = () if migrating == "making" or prefetching else _prunes(desired, observed, fleet,
                                                                       old_workload=migrating == "done")
-    return ChangeSet(handover=_replicas_handover(desired, observed, applies), dry_run=dry_run, batches=batches,
+    return ChangeSet(handover=_replicas_handover(desired, observed, applies, fleet), dry_run=dry_run,
+                     batches=batches,
                      prune=prune, undo_on_refusal=new_fleet)
 
 
 # The kinds of autoscaler (one per engine); a fleet has at most one of them.
 AUTOSCALER_KINDS = ("HorizontalPodAutoscaler", "ScaledObject")
-# Children that name or select one workload shape: held as they are while the other shape is being made.
-_FRONT = ("Service", *AUTOSCALER_KINDS, "PodDisruptionBudget")
+# Children that name or select one workload shape: held as they are while the other shape is being made (the
+# InferencePool selects the serving pods as the Service does).
+_FRONT = ("Service", *AUTOSCALER_KINDS, "PodDisruptionBudget", "InferencePool")
+
+
+def fleet_name(desired: Sequence[Mapping[str, Any]]) -> str:
+    """Every child is named ``<fleet>`` or ``<fleet>-<suffix>``, and the workload (named as the fleet) is always
+    rendered: the shortest name is the fleet's."""
+    return min((str(o["metadata"]["name"]) for o in desired), key=len, default="")
+
+
+def _is_workload(key: ChildKey, fleet: str) -> bool:
+    return key[0] in WORKLOAD_KINDS and key[1] == fleet
 
 
 def _switching_autoscaler(desired: Sequence[Mapping[str, Any]], observed: Mapping[ChildKey, Any]) -> bool:
@@ -164,22 +180,23 @@ def _switching_autoscaler(desired: Sequence[Mapping[str, Any]], observed: Mappin
     return bool(wanted) and any(k[0] in AUTOSCALER_KINDS and k not in wanted for k in observed)
 
 
-def _migration(desired: Sequence[Mapping[str, Any]], observed: Mapping[ChildKey, Mapping[str, Any]]) -> str | None:
+def _migration(desired: Sequence[Mapping[str, Any]], observed: Mapping[ChildKey, Mapping[str, Any]],
+               fleet: str) -> str | None:
     """None: no workload of another kind exists. "making": the new workload is not Ready yet. "done": it is,
     and the old one can go."""
-    wanted = next((child_key(o) for o in desired if o["kind"] in WORKLOAD_KINDS), None)
-    if wanted is None or not any(k[0] in WORKLOAD_KINDS and k != wanted for k in observed):
+    wanted = next((child_key(o) for o in desired if _is_workload(child_key(o), fleet)), None)
+    if wanted is None or not any(_is_workload(k, fleet) and k != wanted for k in observed):
         return None
     return "done" if workload_ready(observed.get(wanted)) else "making"
 
 
 def _replicas_handover(desired: Sequence[Mapping[str, Any]], observed: Mapping[ChildKey, Mapping[str, Any]],
-                       applies: Sequence[Apply]) -> tuple[dict[str, Any], ...]:
+                       applies: Sequence[Apply], fleet: str) -> tuple[dict[str, Any], ...]:
     """The replica count of a running Deployment, to be kept by a field manager of its own, when this
     reconcile starts leaving replicas to a new autoscaler (none of either kind exists yet)."""
     wants_autoscaler = any(o["kind"] in AUTOSCALER_KINDS for o in desired)
     has_autoscaler = any(k[0] in AUTOSCALER_KINDS for k in observed)
-    deployment = next((a.obj for a in applies if a.key[0] in WORKLOAD_KINDS and a.existing), None)
+    deployment = next((a.obj for a in applies if _is_workload(a.key, fleet) and a.existing), None)
     if not wants_autoscaler or has_autoscaler or deployment is None or "replicas" in deployment["spec"]:
         return ()
     current = observed[child_key(deployment)].get("spec", {}).get("replicas")
@@ -191,7 +208,7 @@ def _replicas_handover(desired: Sequence[Mapping[str, Any]], observed: Mapping[C
              "spec": {"replicas": current}},)
 
 
-def _prunes(desired: Sequence[Mapping[str, Any]], observed: Mapping[ChildKey, Mapping[str, Any]],
+def _prunes(desired: Sequence[Mapping[str, Any]], observed: Mapping[ChildKey, Mapping[str, Any]], fleet: str,
             old_workload: bool) -> tuple[Prune, ...]:
     """Unwanted children of prunable kinds; with ``old_workload``, also the workload of the other kind."""
     wanted = {child_key(obj) for obj in desired}
@@ -200,7 +217,7 @@ def _prunes(desired: Sequence[Mapping[str, Any]], observed: Mapping[ChildKey, Ma
         child = CHILD_KIND.get(kind)
         if (kind, name) in wanted or child is None:
             continue
-        if not (child.prunable or (old_workload and kind in WORKLOAD_KINDS)):
+        if not (may_prune(kind, name, fleet) or (old_workload and _is_workload((kind, name), fleet))):
             continue
         if (obj.get("metadata") or {}).get("deletionTimestamp"):
             # Already going, held by a finalizer (KEDA's on a ScaledObject): a second delete is a write for nothing.

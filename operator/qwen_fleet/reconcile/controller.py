@@ -26,7 +26,16 @@ from qwen_fleet.reconcile.prefetch import Prefetch, prefetch_of
 from qwen_fleet.reconcile.queue import Key
 from qwen_fleet.reconcile.status import Observed, Outcome, compute_status, status_patch
 from qwen_fleet.reconcile.store import ChildKey, Store, nccl_status
-from qwen_fleet.reconcile.workload import KEDA, LWS, missing_capability, rollout_view, workload_kind
+from qwen_fleet.reconcile.workload import (
+    HTTP_ROUTE,
+    INFERENCE_OBJECTIVE,
+    INFERENCE_POOL,
+    KEDA,
+    LWS,
+    missing_capability,
+    rollout_view,
+    workload_kind,
+)
 from qwen_fleet.render import Capabilities, render_children
 from qwen_fleet.render.common import endpoint_url, selector_string
 
@@ -97,6 +106,10 @@ class Controller:
             prometheus_rule=await self.kube.api_exists("monitoring.coreos.com/v1", "prometheusrules"),
             leader_worker_set=await self.kube.api_exists(LWS.api_version, LWS.plural),
             keda=await self.kube.api_exists(KEDA.api_version, KEDA.plural),
+            inference_pool=await self.kube.api_exists(INFERENCE_POOL.api_version, INFERENCE_POOL.plural),
+            inference_objective=await self.kube.api_exists(INFERENCE_OBJECTIVE.api_version,
+                                                           INFERENCE_OBJECTIVE.plural),
+            http_route=await self.kube.api_exists(HTTP_ROUTE.api_version, HTTP_ROUTE.plural),
         )
 
     async def reconcile(self, key: Key) -> Result | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from qwen_fleet.render.routing import EPP_RULES, EPP_SUFFIX
+
 
 @dataclass(frozen=True)
 class ChildKind:
@@ -12,7 +14,7 @@ class ChildKind:
     group: str  # "" for the core API
     version: str
     plural: str
-    # Deleted when the spec stops asking for it. Never the Deployment or the Service: those go only with the
+    # Deleted when the spec stops asking for it. Never the fleet's Deployment or Service: those go only with the
     # QwenInference (garbage collection), so a spec mistake cannot take a serving fleet's front door away.
     prunable: bool
     # Served only where a CRD is installed (the Prometheus Operator's, LeaderWorkerSet's, KEDA's); rendered only
@@ -22,6 +24,9 @@ class ChildKind:
     # The fleet's workload (Deployment or LeaderWorkerSet): deleted only when the spec moves a replica to the
     # other kind, after the new workload is Ready (reconcile/changes.py).
     workload: bool = False
+    # Of a kind that is not prunable, the children named ``<fleet><suffix>`` for one of these suffixes are pruned
+    # like any other: the endpoint picker's Deployment (spec.routing) is not the fleet's workload.
+    prunable_suffixes: tuple[str, ...] = ()
 
     @property
     def api_version(self) -> str:
@@ -29,9 +34,12 @@ class ChildKind:
 
 
 CHILD_KINDS: tuple[ChildKind, ...] = (
-    ChildKind("Deployment", "apps", "v1", "deployments", prunable=False, workload=True),
+    ChildKind("Deployment", "apps", "v1", "deployments", prunable=False, workload=True,
+              prunable_suffixes=(EPP_SUFFIX,)),
     ChildKind("LeaderWorkerSet", "leaderworkerset.x-k8s.io", "v1", "leaderworkersets", prunable=False,
               optional=True, workload=True),
+    # The endpoint picker's Service (<fleet>-epp) is kept too when routing is turned off, until the QwenInference
+    # goes: pruning it would take `delete` on every Service, which the operator is never given (chart RBAC).
     ChildKind("Service", "", "v1", "services", prunable=False),
     ChildKind("HorizontalPodAutoscaler", "autoscaling", "v2", "horizontalpodautoscalers", prunable=True),
     # The autoscaler of engine keda (render/keda.py): KEDA makes and drives its own HPA from it.
@@ -43,6 +51,16 @@ CHILD_KINDS: tuple[ChildKind, ...] = (
     ChildKind("Job", "batch", "v1", "jobs", prunable=True),
     ChildKind("ServiceMonitor", "monitoring.coreos.com", "v1", "servicemonitors", prunable=True, optional=True),
     ChildKind("PrometheusRule", "monitoring.coreos.com", "v1", "prometheusrules", prunable=True, optional=True),
+    # spec.routing (render/routing.py): the endpoint picker's identity and its read-only Role, the
+    # InferencePool, the request classes' InferenceObjectives, and the HTTPRoute to a named Gateway.
+    ChildKind("ServiceAccount", "", "v1", "serviceaccounts", prunable=True),
+    ChildKind("Role", "rbac.authorization.k8s.io", "v1", "roles", prunable=True),
+    ChildKind("RoleBinding", "rbac.authorization.k8s.io", "v1", "rolebindings", prunable=True),
+    ChildKind("InferencePool", "inference.networking.k8s.io", "v1", "inferencepools", prunable=True,
+              optional=True),
+    ChildKind("InferenceObjective", "inference.networking.x-k8s.io", "v1alpha2", "inferenceobjectives",
+              prunable=True, optional=True),
+    ChildKind("HTTPRoute", "gateway.networking.k8s.io", "v1", "httproutes", prunable=True, optional=True),
 )
 CHILD_KIND = {k.kind: k for k in CHILD_KINDS}
 
@@ -51,15 +69,27 @@ CHILD_KIND = {k.kind: k for k in CHILD_KINDS}
 CHILD_VERBS = ("list", "watch", "create", "patch")
 
 
+def may_prune(kind: str, name: str, fleet: str) -> bool:
+    """Whether a child the spec no longer asks for is deleted (the workload switch aside: changes.py)."""
+    child = CHILD_KIND.get(kind)
+    return child is not None and (child.prunable or any(name == fleet + s for s in child.prunable_suffixes))
+
+
 def child_permissions(include_optional: bool = False) -> tuple[tuple[str, str, str, str], ...]:
     """(verb, group, resource, subresource) for every child kind the operator cannot work without."""
     out = []
     for child in CHILD_KINDS:
         if child.optional and not include_optional:
             continue
-        verbs = CHILD_VERBS + (("delete",) if child.prunable or child.workload else ())
+        verbs = CHILD_VERBS + (("delete",) if child.prunable or child.workload or child.prunable_suffixes else ())
         out += [(verb, child.group, child.plural, "") for verb in verbs]
     return tuple(out)
+
+
+def routing_permissions() -> tuple[tuple[str, str, str, str], ...]:
+    """(verb, group, resource, subresource) the endpoint picker's Role grants (render/routing.py EPP_RULES):
+    RBAC lets the operator grant only what it holds itself (or ``escalate``, which it is not given)."""
+    return tuple((verb, group, resource, "") for group, resource, verbs in EPP_RULES for verb in verbs)
 
 
 # What a QwenBatch owns (render/batch.py): its Job (watched, by the qwenfleet.io/batch label) and the runner's

@@ -20,6 +20,10 @@ from qwen_fleet.render import Capabilities
 WORKLOAD_KINDS = tuple(k.kind for k in CHILD_KINDS if k.workload)
 LWS = CHILD_KIND["LeaderWorkerSet"]
 KEDA = CHILD_KIND["ScaledObject"]
+# spec.routing's kinds from other projects (render/routing.py).
+INFERENCE_POOL = CHILD_KIND["InferencePool"]
+INFERENCE_OBJECTIVE = CHILD_KIND["InferenceObjective"]
+HTTP_ROUTE = CHILD_KIND["HTTPRoute"]
 
 
 def workload_kind(nodes: int) -> str:
@@ -28,6 +32,9 @@ def workload_kind(nodes: int) -> str:
 
 def missing_capability(plan: Plan, caps: Capabilities) -> Outcome | None:
     """Stalled when the spec needs an API the cluster does not serve; nothing is applied then."""
+    routing = missing_routing_api(plan, caps)
+    if routing is not None:
+        return routing
     if plan.nodes > 1 and not caps.leader_worker_set:
         return Outcome.stalled(
             "LeaderWorkerSetMissing",
@@ -41,6 +48,25 @@ def missing_capability(plan: Plan, caps: Capabilities) -> Outcome | None:
             f"autoscaling.engine keda makes a KEDA ScaledObject, but this cluster does not serve "
             f"{KEDA.api_version} {KEDA.plural}: install KEDA (v2.21 or later: its CRDs and operator), or set "
             "autoscaling.engine to hpa. Nothing was changed; the operator retries on its next resync.")
+    return None
+
+
+def missing_routing_api(plan: Plan, caps: Capabilities) -> Outcome | None:
+    """spec.routing without the Inference Extension's CRDs (or, with a gateway, the Gateway API's)."""
+    needed = [(INFERENCE_POOL, caps.inference_pool, "routing"),
+              (INFERENCE_OBJECTIVE, caps.inference_objective, "routing.priorityClasses"),
+              (HTTP_ROUTE, caps.http_route, "routing.gateway")]
+    for kind, served, field in needed:
+        if kind.kind in plan.routing_kinds and not served:
+            source = ("the Gateway API's standard CRDs (sigs.k8s.io/gateway-api v1.5 or later)"
+                      if kind is HTTP_ROUTE else
+                      "the Gateway API Inference Extension's CRDs (sigs.k8s.io/gateway-api-inference-extension "
+                      "v1.5.0: InferencePool and InferenceObjective)")
+            return Outcome.stalled(
+                f"{kind.kind}Missing",
+                f"{field} makes a {kind.kind}, but this cluster does not serve {kind.api_version} {kind.plural}: "
+                f"install {source}, or remove {field}. Nothing was changed; the operator retries on its next "
+                "resync.")
     return None
 
 

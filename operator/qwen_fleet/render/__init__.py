@@ -15,6 +15,7 @@ from qwen_fleet.render.keda import render_scaled_object
 from qwen_fleet.render.leaderworkerset import render_leader_worker_set
 from qwen_fleet.render.monitoring import render_prometheus_rule, render_service_monitor
 from qwen_fleet.render.prefetch import render_prefetch_job
+from qwen_fleet.render.routing import render_routing
 from qwen_fleet.render.service import render_service
 from qwen_fleet.render.stamp import stamped
 
@@ -27,9 +28,15 @@ class Capabilities:
     prometheus_rule: bool = False
     leader_worker_set: bool = False  # multi-node replicas need it; without it such a spec is Stalled
     keda: bool = False  # autoscaling.engine keda needs KEDA's ScaledObject; without it such a spec is Stalled
+    # spec.routing needs the InferencePool; with a gateway, the HTTPRoute; with priority classes, the
+    # InferenceObjective. Without the one it needs, such a spec is Stalled.
+    inference_pool: bool = False
+    http_route: bool = False
+    inference_objective: bool = False
 
 
-ALL_CAPABILITIES = Capabilities(service_monitor=True, prometheus_rule=True, leader_worker_set=True, keda=True)
+ALL_CAPABILITIES = Capabilities(service_monitor=True, prometheus_rule=True, leader_worker_set=True, keda=True,
+                                inference_pool=True, http_route=True, inference_objective=True)
 
 
 def render_children(cr: QwenInference, plan: Plan, caps: Capabilities) -> list[dict[str, Any]]:
@@ -56,4 +63,6 @@ def render_children(cr: QwenInference, plan: Plan, caps: Capabilities) -> list[d
         children.append(render_service_monitor(cr))
     if spec.monitoring.prometheus_rule and caps.prometheus_rule:
         children.append(render_prometheus_rule(cr))
+    if spec.routing is not None:  # last: the fleet's own children never wait on the routing ones
+        children += render_routing(cr)
     return [stamped(child) for child in children]

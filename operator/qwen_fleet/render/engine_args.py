@@ -74,7 +74,7 @@ def engine_args(cr: QwenInference, plan: Plan) -> list[str]:
         ("quantization", engine.quantization),
         ("kv-cache-dtype", engine.kv_cache_dtype),
         ("cpu-offload-gb", engine.cpu_offload_gi_b),
-        ("scheduling-policy", engine.scheduling_policy),
+        ("scheduling-policy", engine.scheduling_policy or _routing_policy(cr)),
     ]
     for flag, value in valued:
         if value is None:
@@ -122,3 +122,9 @@ def serving_args(serving: ServingPlan) -> list[str]:
     if serving.thinking is not None:
         args += ["--default-chat-template-kwargs", json.dumps({"enable_thinking": serving.thinking})]
     return args
+
+
+def _routing_policy(cr: QwenInference) -> str | None:
+    """routing.priorityClasses give requests a vLLM priority: without priority scheduling vLLM ignores it."""
+    routing = cr.spec.routing
+    return "priority" if routing is not None and routing.priority_classes else None

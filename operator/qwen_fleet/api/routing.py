@@ -1,0 +1,108 @@
+"""``spec.routing``: the Gateway API Inference Extension in front of the fleet (opt-in; docs/routing.md).
+
+With it the operator makes an InferencePool (inference.networking.k8s.io/v1) over the fleet's serving pods, the
+endpoint picker (EPP) that chooses a replica per request from each one's live vLLM metrics, and, when a Gateway
+is named, an HTTPRoute whose backend is the pool. Without it nothing changes: the plain Service stays the only
+way in, spread by kube-proxy.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from qwen_fleet import versions
+from qwen_fleet.api.base import DNS_LABEL, DNS_SUBDOMAIN, IMAGE, ApiModel, Quantity, Rule
+
+# The Gateway API's Duration (HTTPRoute timeouts): 1-4 groups of a number and a unit, e.g. 300s, 1h30m.
+GATEWAY_DURATION = r"^([0-9]{1,5}(h|m|s|ms)){1,4}$"
+# Inference Extension priorities are plain integers; a bound keeps the negated vLLM value well inside int32.
+MAX_CLASS_PRIORITY = 1_000_000
+
+
+def vllm_priority(objective_priority: int) -> int:
+    """The vLLM request ``priority`` of a request class, from its InferenceObjective priority.
+
+    The two run in opposite directions: the Inference Extension serves a higher priority first
+    (apix/v1alpha2 InferenceObjectiveSpec.Priority), vLLM's ``--scheduling-policy priority`` a lower value
+    first. Negation keeps the order and the shared default: a request with no class is 0 to both."""
+    return -objective_priority
+
+
+class GatewayRef(ApiModel):
+    """The Gateway (gateway.networking.k8s.io/v1) the HTTPRoute attaches to."""
+
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN, description="The Gateway's name.")
+    namespace: str | None = Field(default=None, min_length=1, max_length=63, pattern=DNS_LABEL,
+                                  description="The Gateway's namespace (default: the fleet's). Its listener must "
+                                  "allow routes from the fleet's namespace (allowedRoutes).")
+    section_name: str | None = Field(default=None, min_length=1, max_length=253, pattern=DNS_SUBDOMAIN,
+                                     description="One listener of the Gateway (parentRefs.sectionName); default: "
+                                     "every listener that accepts the route.")
+    request_timeout: str = Field(default="600s", max_length=32, pattern=GATEWAY_DURATION,
+                                 description="HTTPRoute rules.timeouts.request: how long the gateway waits for a "
+                                 "whole response (a long generation streams for minutes; gateways default to "
+                                 "as little as 15 s).")
+
+
+class Scorers(ApiModel, rules=[Rule(
+    cel="self.queueDepth + self.kvCacheUsage + self.prefixCache > 0",
+    check=lambda s: s.queue_depth + s.kv_cache_usage + s.prefix_cache > 0,
+    message="routing.scorers: at least one weight must be above 0, or the endpoint picker chooses blindly",
+)]):
+    """Weights of the endpoint picker's scorers (EPP v1.5.0 plugins); 0 leaves a scorer out. Each scores a
+    replica from 0 to 1, the picker takes the highest weighted sum. The defaults are upstream's own
+    (queue 2, KV cache 2, prefix 3): docs/routing.md says why they suit Qwen."""
+
+    queue_depth: int = Field(default=2, ge=0, le=100, description="queue-scorer: fewer waiting requests "
+                             "(vllm:num_requests_waiting) score higher.")
+    kv_cache_usage: int = Field(default=2, ge=0, le=100, description="kv-cache-utilization-scorer: a less "
+                                "full KV cache (vllm:kv_cache_usage_perc) scores higher.")
+    prefix_cache: int = Field(default=3, ge=0, le=100, description="prefix-cache-scorer: a replica that "
+                              "likely holds the prompt's prefix in its KV cache (the picker's bounded LRU "
+                              "index of the prefixes it sent where) scores higher.")
+
+
+class EndpointPicker(ApiModel):
+    """The endpoint picker's Deployment (one replica: its prefix index lives in memory)."""
+
+    image: str = Field(default=f"registry.k8s.io/gateway-api-inference-extension/epp:"
+                       f"{versions.GATEWAY_API_INFERENCE_EXTENSION}", max_length=512, pattern=IMAGE,
+                       description="The EPP image. Default: upstream's v1.5.0 build (cmd/epp). The llm-d "
+                       "router's endpoint picker takes the same flags and config file.")
+    failure_mode: Literal["FailOpen", "FailClose"] = Field(default="FailOpen", description="What the gateway "
+                                                           "does while the picker does not answer: FailOpen "
+                                                           "sends the request to a replica of its own choosing "
+                                                           "(the fleet keeps serving), FailClose refuses it.")
+    cpu: Quantity = Field(default="1", description="CPU request of the picker (no limit: it bursts).")
+    memory: Quantity = Field(default="1Gi", description="Memory request and limit of the picker.")
+
+
+class PriorityClass(ApiModel):
+    """A request class: an InferenceObjective named ``<fleet>-<name>`` that clients name in the
+    ``x-gateway-inference-objective`` header, and the vLLM ``priority`` they put in the request body."""
+
+    name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL, description="The class, e.g. "
+                      "interactive or batch.")
+    priority: int = Field(ge=-MAX_CLASS_PRIORITY, le=MAX_CLASS_PRIORITY, description="Inference Extension "
+                          "priority: higher is served first (the picker's flow control and shedding). The vLLM "
+                          "request priority of the class is its negation (vLLM runs lower values first); "
+                          "requests without a class are 0 to both.")
+
+
+class RoutingSpec(ApiModel, rules=[Rule(
+    cel="self.priorityClasses.all(a, self.priorityClasses.exists_one(b, b.name == a.name))",
+    check=lambda r: len({c.name for c in r.priority_classes}) == len(r.priority_classes),
+    message="routing.priorityClasses names must be unique",
+)]):
+    """Inference-aware routing through the Gateway API Inference Extension (v1.5.0)."""
+
+    gateway: GatewayRef | None = Field(default=None, description="Attach an HTTPRoute to this Gateway, with "
+                                       "the InferencePool as its backend. Without it only the pool and the "
+                                       "picker are made (for a route written elsewhere).")
+    endpoint_picker: EndpointPicker = Field(default_factory=EndpointPicker, description="The endpoint picker.")
+    scorers: Scorers = Field(default_factory=Scorers, description="How the picker weighs replicas.")
+    priority_classes: list[PriorityClass] = Field(default_factory=list, max_length=16, description="Request "
+                                                  "classes (e.g. interactive 10, batch -10). Non-empty turns "
+                                                  "on vLLM's --scheduling-policy priority.")
