@@ -104,5 +104,6 @@ class RoutingSpec(ApiModel, rules=[Rule(
     endpoint_picker: EndpointPicker = Field(default_factory=EndpointPicker, description="The endpoint picker.")
     scorers: Scorers = Field(default_factory=Scorers, description="How the picker weighs replicas.")
     priority_classes: list[PriorityClass] = Field(default_factory=list, max_length=16, description="Request "
-                                                  "classes (e.g. interactive 10, batch -10). Non-empty turns "
-                                                  "on vLLM's --scheduling-policy priority.")
+                                                  "classes (e.g. interactive 10, batch 0; a negative priority is "
+                                                  "shed by the picker when the pool is saturated). Non-empty "
+                                                  "turns on vLLM's --scheduling-policy priority.")
