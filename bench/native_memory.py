@@ -139,7 +139,7 @@ def analyse(capture: Path, n: int, top: int = 25) -> dict[str, Any]:
         except NotImplementedError:
             stack = record.native_stack_trace()
         pkg, fn, site = classify(stack)
-        for key, value in (("by_allocator", str(record.allocator).rsplit(".", 1)[-1]), ("by_python_package", pkg),
+        for key, value in (("by_allocator", memray.AllocatorType(record.allocator).name), ("by_python_package", pkg),
                            ("by_python_function", fn), ("by_native_site", site)):
             groups[key][value] += record.size
         total += record.size
