@@ -58,7 +58,7 @@ class QwenInferenceSpec(ApiModel, rules=[
          check=lambda s: s.device != "CPU" or (s.gpu.product is None and s.gpu.memory_gi_b is None
                                                and s.engine.gpu_memory_utilization is None),
          message="gpu.product, gpu.memoryGiB and engine.gpuMemoryUtilization do not apply to device CPU"),
-    Rule(cel="!has(self.routing) || size(self.routing.priorityClasses) == 0 || "
+    Rule(cel="!has(self.routing) || !has(self.routing.priorityClasses) || size(self.routing.priorityClasses) == 0 || "
              "!has(self.engine.schedulingPolicy) || self.engine.schedulingPolicy == 'priority'",
          check=lambda s: s.routing is None or not s.routing.priority_classes
          or s.engine.scheduling_policy in (None, "priority"),

@@ -92,7 +92,8 @@ class PriorityClass(ApiModel):
 
 
 class RoutingSpec(ApiModel, rules=[Rule(
-    cel="self.priorityClasses.all(a, self.priorityClasses.exists_one(b, b.name == a.name))",
+    cel="!has(self.priorityClasses) || "
+        "self.priorityClasses.all(a, self.priorityClasses.exists_one(b, b.name == a.name))",
     check=lambda r: len({c.name for c in r.priority_classes}) == len(r.priority_classes),
     message="routing.priorityClasses names must be unique",
 )]):
