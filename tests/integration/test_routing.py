@@ -30,8 +30,10 @@ CRDS = {"inference.networking.k8s.io_inferencepools.yaml": "inferencepools.infer
         "gateway.networking.k8s.io_httproutes.yaml": "httproutes.gateway.networking.k8s.io"}
 ROUTING = {"gateway": {"name": "inference-gateway", "sectionName": "http"},
            "priorityClasses": [{"name": "interactive", "priority": 10}, {"name": "batch", "priority": -10}]}
-# Every routing child but the picker's Service: pruned when routing goes.
-PRUNED = [("configmap", "big-epp"), ("serviceaccount", "big-epp"), ("role", "big-epp"), ("rolebinding", "big-epp"),
+# Every routing child but the picker's Service, ServiceAccount, Role and RoleBinding (KEPT: the operator may not
+# delete those kinds) is pruned when routing goes.
+KEPT = [("service", "big-epp"), ("serviceaccount", "big-epp"), ("role", "big-epp"), ("rolebinding", "big-epp")]
+PRUNED = [("configmap", "big-epp"),
           ("deployment", "big-epp"), ("inferencepool", "big"), ("inferenceobjective", "big-interactive"),
           ("inferenceobjective", "big-batch"), ("httproute", "big")]
 
@@ -117,7 +119,7 @@ def test_routing_stalls_without_the_crds_then_is_accepted_and_pruned(
     batch = get(cluster, "inferenceobjective", "big-batch", namespace)
     assert batch is not None and batch["spec"]["priority"] == -10
     assert batch["metadata"]["annotations"]["qwenfleet.io/vllm-priority"] == "10"
-    for kind, name in [*PRUNED, ("service", "big-epp")]:
+    for kind, name in [*PRUNED, *KEPT]:
         assert get(cluster, kind, name, namespace) is not None, f"{kind}/{name} missing"
     dep = get(cluster, "deployment", "big", namespace)
     assert dep is not None
@@ -131,12 +133,13 @@ def test_routing_stalls_without_the_crds_then_is_accepted_and_pruned(
     time.sleep(14)
     assert _child_writes(cluster, namespace, since) == []
 
-    # routing turned off: every routing child pruned but the picker's Service; the fleet's own kept.
+    # routing turned off: every routing child pruned but the picker's Service and identity; the fleet's own kept.
     apply(cluster, namespace, _fleet(None))
     for kind, name in PRUNED:
         _wait(cluster, namespace, operator, f"{kind}/{name} pruned",
               lambda k=kind, n=name: get(cluster, k, n, namespace) is None or None, timeout=30)
-    assert get(cluster, "service", "big-epp", namespace) is not None
+    for kind, name in KEPT:
+        assert get(cluster, kind, name, namespace) is not None, f"{kind}/{name} deleted"
     assert get(cluster, "deployment", "big", namespace) is not None
     assert get(cluster, "service", "big", namespace) is not None
 

@@ -52,10 +52,13 @@ CHILD_KINDS: tuple[ChildKind, ...] = (
     ChildKind("ServiceMonitor", "monitoring.coreos.com", "v1", "servicemonitors", prunable=True, optional=True),
     ChildKind("PrometheusRule", "monitoring.coreos.com", "v1", "prometheusrules", prunable=True, optional=True),
     # spec.routing (render/routing.py): the endpoint picker's identity and its read-only Role, the
-    # InferencePool, the request classes' InferenceObjectives, and the HTTPRoute to a named Gateway.
-    ChildKind("ServiceAccount", "", "v1", "serviceaccounts", prunable=True),
-    ChildKind("Role", "rbac.authorization.k8s.io", "v1", "roles", prunable=True),
-    ChildKind("RoleBinding", "rbac.authorization.k8s.io", "v1", "rolebindings", prunable=True),
+    # InferencePool, the request classes' InferenceObjectives, and the HTTPRoute to a named Gateway. The
+    # ServiceAccount, Role and RoleBinding are not pruned when routing goes (like the picker's Service: they go
+    # with the QwenInference, by garbage collection): `delete` on every Role and ServiceAccount of the cluster
+    # is a power the operator is not given (tests/chart/test_chart_e2e.py DENIED).
+    ChildKind("ServiceAccount", "", "v1", "serviceaccounts", prunable=False),
+    ChildKind("Role", "rbac.authorization.k8s.io", "v1", "roles", prunable=False),
+    ChildKind("RoleBinding", "rbac.authorization.k8s.io", "v1", "rolebindings", prunable=False),
     ChildKind("InferencePool", "inference.networking.k8s.io", "v1", "inferencepools", prunable=True,
               optional=True),
     ChildKind("InferenceObjective", "inference.networking.x-k8s.io", "v1alpha2", "inferenceobjectives",
