@@ -118,6 +118,7 @@ class Fleet:
     servers: dict[str, _EarlyRenderedServer]  # "ip:port" -> the server listening there
     pods: dict[str, str]  # "ip:port" -> the KWOK pod whose status.podIP is that ip
     picker: LocalPicker
+    picker_deployment: dict[str, Any]  # as rendered
     gateway: Gateway
     bridge: TlsBridge
 
@@ -165,15 +166,16 @@ def fleet(epp_servers: list[_EarlyRenderedServer], cluster: LocalCluster, tmp_pa
         for endpoint, name in pods.items():  # KWOK has not put its own address back
             assert (get(cluster, "pod", name, ns) or {})["status"]["podIP"] == endpoint.rsplit(":", 1)[0]
         kubeconfig = service_account_kubeconfig(cluster, ns, epp, workdir / "epp.kubeconfig")
-        picker = start_picker(binary, _one(children, "Deployment", epp), _one(children, "ConfigMap", epp),
-                              kubeconfig, workdir)
+        picker_deployment = _one(children, "Deployment", epp)
+        picker = start_picker(binary, picker_deployment, _one(children, "ConfigMap", epp), kubeconfig, workdir)
         for server in epp_servers:
             server.wait_ready()
         expected = {f"{name}-rank-0" for name in pods.values()}
         _wait_picker(picker, "both pods in the picker's datastore", lambda: picker.endpoints() == expected)
         bridge = TlsBridge(("127.0.0.1", picker.local_port("grpc"))).start()
         gateway = Gateway(bridge.address)
-        yield Fleet(cluster, ns, {f"{s.host}:{port}": s for s in epp_servers}, pods, picker, gateway, bridge)
+        yield Fleet(cluster, ns, {f"{s.host}:{port}": s for s in epp_servers}, pods, picker, picker_deployment,
+                    gateway, bridge)
     finally:
         if gateway is not None:
             gateway.close()
@@ -206,6 +208,13 @@ def _chat(fleet: Fleet, content: str) -> Exchange:
 
 def _successes(fleet: Fleet) -> dict[str, float]:
     return {endpoint: s.metrics().get("vllm:request_success_total", 0.0) for endpoint, s in fleet.servers.items()}
+
+
+def test_the_rendered_probes_pass(fleet: Fleet) -> None:
+    """The kubelet's gRPC probes of the rendered Deployment, asked of the running picker: SERVING (1) once it
+    has the pool (runner/health.go; with leader election off any service name is the overall health)."""
+    [container] = fleet.picker_deployment["spec"]["template"]["spec"]["containers"]
+    assert [fleet.picker.probe(container[p]) for p in ("livenessProbe", "readinessProbe")] == [1, 1]
 
 
 def test_the_picker_serves_tls_and_picks_among_both_servers(fleet: Fleet) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from qwen_fleet import versions
@@ -49,6 +50,17 @@ class LocalPicker:
             text = resp.read().decode()
         return {s.labels["model_server_pod"] for family in text_string_to_metric_families(text)
                 if family.name == "inference_pool_per_pod_queue_size" for s in family.samples}
+
+    def probe(self, probe: dict[str, Any]) -> int:
+        """What the kubelet's gRPC probe (``{"grpc": {"port", "service"}}``) would get: the status of
+        grpc.health.v1.Health/Check, 1 for SERVING. The two protobuf messages are encoded by hand (one field
+        each: the service name, a string; the status, an enum) to need no health stubs."""
+        service = probe["grpc"].get("service", "").encode()
+        assert len(service) < 128, service  # one-byte length
+        with grpc.insecure_channel(f"127.0.0.1:{self.ports[probe['grpc']['port']]}") as channel:
+            check = channel.unary_unary("/grpc.health.v1.Health/Check")
+            reply: bytes = check(b"\x0a" + bytes([len(service)]) + service if service else b"", timeout=5)
+        return reply[1] if reply[:1] == b"\x08" else 0  # field 1, varint; absent: UNKNOWN (0)
 
     def stop(self) -> None:
         self.component.stop()
