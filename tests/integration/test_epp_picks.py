@@ -231,23 +231,35 @@ def test_the_picker_serves_tls_and_picks_among_both_servers(fleet: Fleet) -> Non
 
 def test_a_shared_prefix_stays_on_one_server(fleet: Fleet) -> None:
     """The prefix-cache scorer (weight 3) outweighs the queue and KV-cache scorers' tie: a prompt whose first
-    block the picker indexed on one server goes back there. Its block size is vLLM's own (autoTune reads
-    ``vllm:cache_config_info``), so the prompt is longer than one block: 4 characters a token."""
+    block the picker indexed on one server goes back there. The picker hashes the prompt (the messages' JSON) in
+    blocks of vLLM's own block size, 4 characters a token (autoTune reads ``block_size`` of
+    ``vllm:cache_config_info``); the prompt is one such block long, so each repeat matches exactly one block."""
     info = next(iter(fleet.servers.values())).get("/metrics")[1]
     [block_size] = {int(line.split('block_size="')[1].split('"')[0]) for line in info.splitlines()
                     if line.startswith("vllm:cache_config_info{")}
     # One token a byte (the tiny model's tokenizer): 800 characters leave room in max_model_len (1024).
     prompt = (uuid.uuid4().hex + " the same long system prompt, tool schemas and history," * 20)[:800]
-    assert block_size * 4 < len(prompt), block_size
+    assert 4 * block_size <= len(prompt) and len(prompt) + 40 < 2 * 4 * block_size, block_size  # one block
+    hit_bytes = "inference_extension_prefix_indexer_hit_bytes_sum"
+    before = fleet.picker.samples().get(hit_bytes, 0.0)
     first = _chat(fleet, prompt).endpoint
     assert [_chat(fleet, prompt).endpoint for _ in range(4)] == [first] * 4
+    # The picker's own count of matched prefix bytes: nothing for the first, one block for each repeat.
+    assert fleet.picker.samples()[hit_bytes] - before == 4 * (4 * block_size)
 
 
 def test_a_stopped_server_whose_pod_is_not_ready_is_never_picked(fleet: Fleet) -> None:
-    """Runs last: it stops one server for good. The kubelet would mark the pod NotReady once its readiness probe
-    fails; KWOK has no probes, so the test writes that condition itself after stopping the server."""
+    """Runs last: it stops one server for good. The picker does not check a server's health: until the pod's
+    readiness changes it keeps a server it can no longer scrape among its candidates. The kubelet would mark the
+    pod NotReady once its readiness probe fails; KWOK runs no probes, so the test writes that condition."""
     gone, kept = sorted(fleet.servers)
+    ip = gone.rsplit(":", 1)[0]
+    failed_polls = len([e for e in fleet.picker.log_events("poll failed") if e.get("endpoint") == ip])
     fleet.servers[gone].stop()
+    _wait_picker(fleet.picker, f"the picker to fail a scrape of {gone}",
+                 lambda: len([e for e in fleet.picker.log_events("poll failed") if e.get("endpoint") == ip])
+                 > failed_polls)
+    assert fleet.picker.endpoints() == {f"{fleet.pods[gone]}-rank-0", f"{fleet.pods[kept]}-rank-0"}
     not_ready = [{"type": t, "status": "False", "reason": "ReadinessProbeFailed"}
                  for t in ("Ready", "ContainersReady")]
     fleet.cluster.kubectl("patch", "pod", fleet.pods[gone], "-n", fleet.namespace, "--subresource=status",

@@ -17,6 +17,7 @@ process on this machine has not changes; the arguments are otherwise the rendere
 
 from __future__ import annotations
 
+import json
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,15 +42,33 @@ class LocalPicker:
     def local_port(self, name: str) -> int:
         return self.ports[self.container_ports[name]]
 
+    def _families(self) -> list[Any]:
+        url = f"http://127.0.0.1:{self.local_port('metrics')}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return list(text_string_to_metric_families(resp.read().decode()))
+
     def endpoints(self) -> set[str]:
         """The endpoints in the picker's datastore, read from its own metrics: the gauge
         ``inference_pool_per_pod_queue_size`` is collected from the datastore at each scrape
         (pkg/epp/metrics/collectors/inference_pool.go), one series per endpoint, ``<pod>-rank-<i>``."""
-        url = f"http://127.0.0.1:{self.local_port('metrics')}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            text = resp.read().decode()
-        return {s.labels["model_server_pod"] for family in text_string_to_metric_families(text)
+        return {s.labels["model_server_pod"] for family in self._families()
                 if family.name == "inference_pool_per_pod_queue_size" for s in family.samples}
+
+    def samples(self) -> dict[str, float]:
+        """The picker's own metrics as {sample name: value summed over label sets}."""
+        out: dict[str, float] = {}
+        for family in self._families():
+            for sample in family.samples:
+                out[sample.name] = out.get(sample.name, 0.0) + float(sample.value)
+        return out
+
+    def log_events(self, msg: str) -> list[dict[str, Any]]:
+        """The picker's log lines (``--zap-encoder json``) whose message is ``msg``."""
+        events = []
+        for line in self.component.log.read_text(errors="replace").splitlines():
+            if line.startswith("{") and f'"msg":"{msg}"' in line:
+                events.append(json.loads(line))
+        return events
 
     def probe(self, probe: dict[str, Any]) -> int:
         """What the kubelet's gRPC probe (``{"grpc": {"port", "service"}}``) would get: the status of
