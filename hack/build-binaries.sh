@@ -2,7 +2,7 @@
 # Build the real control-plane binaries from the Go module proxy, pinned, cached outside the repository.
 #
 #   hack/build-binaries.sh [component...]    components: k8s node etcd kwok helm prometheus adapter
-#                                            kubeconform lws (default: all)
+#                                            kubeconform lws epp (default: all)
 #
 # Each component lands in $QF_CACHE/<component>/<version>/bin and is rebuilt only when a binary is missing.
 # Why a wrapper module for k8s.io/kubernetes: its go.mod pins every staging module at v0.0.0 with a
@@ -199,11 +199,34 @@ build_lws() {
   rm -rf "$mod"
 }
 
+# The Gateway API Inference Extension's endpoint picker (cmd/epp), what spec.routing's picker Deployment runs
+# (tests/integration/test_epp_picks.py runs it against real vLLM servers). Same wrapper-module recipe as the
+# adapter (an exact require, no version list from the proxy); the module's go.mod has no replace directives.
+# The ldflags are upstream's Dockerfile's (version.CommitSHA, version.BuildRef), naming the module version.
+build_epp() {
+  local out="$QF_CACHE/epp/$GATEWAY_API_INFERENCE_EXTENSION_VERSION/bin"
+  have_all "$out" epp && return 0
+  log "building epp $GATEWAY_API_INFERENCE_EXTENSION_VERSION (sigs.k8s.io/gateway-api-inference-extension/cmd/epp)"
+  local mod; mod=$(mktemp -d "${TMPDIR:-/tmp}/qf-epp-mod.XXXXXX")
+  local pkg=sigs.k8s.io/gateway-api-inference-extension
+  (
+    cd "$mod"
+    go mod init qwen-fleet.local/eppbin >/dev/null 2>&1
+    go mod edit -require="$pkg@$GATEWAY_API_INFERENCE_EXTENSION_VERSION"
+    printf '//go:build tools\n\npackage tools\n\nimport _ "%s/cmd/epp"\n' "$pkg" > tools.go
+    go mod tidy
+    rm -rf "$out.tmp"; mkdir -p "$out.tmp"
+    local ld="-s -w -X $pkg/version.CommitSHA=module-proxy -X $pkg/version.BuildRef=$GATEWAY_API_INFERENCE_EXTENSION_VERSION"
+    go build -trimpath -ldflags "$ld" -o "$out.tmp/epp" "$pkg/cmd/epp"
+  )
+  rm -rf "$out"; mv "$out.tmp" "$out"; rm -rf "$mod"
+}
+
 components=("$@")
-[ ${#components[@]} -gt 0 ] || components=(etcd kwok helm k8s node prometheus adapter kubeconform lws)
+[ ${#components[@]} -gt 0 ] || components=(etcd kwok helm k8s node prometheus adapter kubeconform lws epp)
 for c in "${components[@]}"; do
   case $c in
-    k8s|node|etcd|kwok|helm|prometheus|adapter|kubeconform|lws) "build_$c" ;;
+    k8s|node|etcd|kwok|helm|prometheus|adapter|kubeconform|lws|epp) "build_$c" ;;
     *) log "unknown component: $c"; exit 2 ;;
   esac
 done

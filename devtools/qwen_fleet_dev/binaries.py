@@ -97,3 +97,24 @@ def ensure(build: bool = True, real_node: bool = False) -> Binaries:
     if missing:
         raise BinariesMissing(f"build finished but binaries are still missing: {missing}")
     return bins
+
+
+def epp_binary() -> Path:
+    """The endpoint picker of the Gateway API Inference Extension (cmd/epp, the version spec.routing's picker
+    image runs), built by ``hack/build-binaries.sh epp``."""
+    return cache_root() / "epp" / versions.GATEWAY_API_INFERENCE_EXTENSION / "bin" / "epp"
+
+
+def ensure_epp(build: bool = True) -> Path:
+    """The endpoint picker's binary, built first when missing and ``build`` is set. Apart from ``ensure``: only
+    the tests that run the picker need it, and the control plane does not wait for its build."""
+    path = epp_binary()
+    if os.access(path, os.X_OK):
+        return path
+    root = repo_root()
+    if not build or root is None:
+        raise BinariesMissing(f"endpoint picker missing: {path}; run hack/build-binaries.sh epp")
+    subprocess.run([str(root / "hack" / "build-binaries.sh"), "epp"], check=True)
+    if not os.access(path, os.X_OK):
+        raise BinariesMissing(f"build finished but the endpoint picker is still missing: {path}")
+    return path

@@ -5,7 +5,8 @@ taken verbatim from the Deployment the operator renders:
 1. interpreter: ``python3`` (the image's) -> the CPU engine venv's interpreter, same vLLM version;
 2. volumes: every argument or environment value under a container mountPath is rewritten to the local
    directory standing in for that volume (``/models`` -> the tiny model made at test time);
-3. network: ``--port N`` -> a free loopback port, plus ``--host 127.0.0.1`` (a pod listens on its own IP);
+3. network: ``--port N`` -> a free loopback port, plus ``--host 127.0.0.1`` (a pod listens on its own IP; a test
+   that gives its fake pods loopback addresses of their own passes that address as ``host``);
 4. GPUs: the ``nvidia.com/gpu`` request has no CPU equivalent and is dropped; the KV-cache memory that
    ``--gpu-memory-utilization`` carves out of a GPU is ``VLLM_CPU_KVCACHE_SPACE`` GiB on the CPU engine;
    flags the CPU engine cannot honour (an fp8 KV cache, tensor parallelism > 1) are refused by this rule,
@@ -32,20 +33,22 @@ def _server(deployment: dict[str, Any]) -> dict[str, Any]:
     return dict(next(c for c in containers if c["name"] == "vllm"))
 
 
-def _rewrite(value: str, mounts: dict[str, Path]) -> str:
+def rewrite_mounts(value: str, mounts: dict[str, Path]) -> str:
+    """``value`` with a container mountPath prefix replaced by the local directory standing in for it."""
     for mount_path, local in sorted(mounts.items(), key=lambda kv: -len(kv[0])):
         if value == mount_path or value.startswith(mount_path.rstrip("/") + "/"):
             return str(local) + value[len(mount_path.rstrip("/")):]
     return value
 
 
-def local_process(deployment: dict[str, Any], python: str, volumes: dict[str, Path], port: int) -> LocalProcess:
+def local_process(deployment: dict[str, Any], python: str, volumes: dict[str, Path], port: int,
+                  host: str = "127.0.0.1") -> LocalProcess:
     container = _server(deployment)
     mounts = {m["mountPath"]: volumes[m["name"]] for m in container.get("volumeMounts", []) if m["name"] in volumes}
     argv = [*container["command"], *container["args"]]
     assert argv[0] == "python3", argv[0]
     argv[0] = python
-    argv = [_rewrite(a, mounts) for a in argv]
+    argv = [rewrite_mounts(a, mounts) for a in argv]
     for flag, bad in CPU_UNSUPPORTED.items():
         if flag in argv and argv[argv.index(flag) + 1] in bad:
             raise ValueError(f"{flag} {argv[argv.index(flag) + 1]} has no CPU equivalent")
@@ -53,10 +56,10 @@ def local_process(deployment: dict[str, Any], python: str, volumes: dict[str, Pa
     if tp != "1":
         raise ValueError("tensor parallelism needs GPUs")
     argv[argv.index("--port") + 1] = str(port)
-    argv += ["--host", "127.0.0.1"]
+    argv += ["--host", host]
     env: dict[str, str] = {}
     for var in container.get("env", []):
         if "valueFrom" in var:
             raise ValueError(f"{var['name']} comes from a Secret/ConfigMap; the contract test uses literal values")
-        env[var["name"]] = _rewrite(var["value"], mounts)
+        env[var["name"]] = rewrite_mounts(var["value"], mounts)
     return LocalProcess(argv, env)

@@ -55,6 +55,7 @@ class VllmServer:
         model_dir: Path | str,
         port: int | None = None,
         *,
+        host: str = "127.0.0.1",
         served_model_name: str = "qwen-tiny",
         log_path: Path | None = None,
         python: str | None = None,
@@ -64,6 +65,7 @@ class VllmServer:
         if ready not in ("health", "kv-cache"):
             raise ValueError(f"ready must be 'health' or 'kv-cache', not {ready!r}")
         self.model_dir = Path(model_dir)
+        self.host = host
         self.port = port or free_port()
         self.served_model_name = served_model_name
         self.extra_argv = list(argv)
@@ -83,7 +85,7 @@ class VllmServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def argv(self) -> list[str]:
         return [
@@ -95,7 +97,7 @@ class VllmServer:
             "--served-model-name",
             self.served_model_name,
             "--host",
-            "127.0.0.1",
+            self.host,
             "--port",
             str(self.port),
             *self.extra_argv,
