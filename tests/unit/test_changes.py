@@ -186,8 +186,9 @@ CASES = {
         render(**ROUTED), stored(render(**ROUTED)), []),
     "routing added to a running fleet: the picker's children, checked together first": Case(
         render(**ROUTED), stored(render()), [PICKER], dry_run=PICKER),
-    "routing removed: every routing child pruned, the picker's Deployment too; no Service, no fleet workload": Case(
-        render(), stored(render(**ROUTED)), [], prune=["ConfigMap/q-epp", "Deployment/q-epp", "InferencePool/q", "HTTPRoute/q"]),
+    "routing removed: the picker's config, Deployment, pool and route pruned; its Service and identity kept": Case(
+        render(), stored(render(**ROUTED)), [],
+        prune=["ConfigMap/q-epp", "Deployment/q-epp", "InferencePool/q", "HTTPRoute/q"]),
     "routing, nodes 1 -> 2: the LeaderWorkerSet is made; the picker's Deployment stays": Case(
         render(**NODES2, **ROUTED), ready(stored(render(**ROUTED)), "Deployment"), [["LeaderWorkerSet/q"]]),
     "routing, nodes 1 -> 2, Ready: the fleet's Deployment goes, never the picker's": Case(

@@ -87,7 +87,8 @@ def test_the_picker_runs_upstream_flags_and_reads_its_config_file() -> None:
     assert container["args"] == [
         "--pool-name", "big", "--pool-namespace", "llm", "--pool-group", "inference.networking.k8s.io",
         "--config-file", "/config/config.yaml", "--grpc-port", "9002", "--grpc-health-port", "9003",
-        "--metrics-port", "9090", "--zap-encoder", "json", "--tracing=false", "--metrics-endpoint-auth=false"]
+        "--metrics-port", "9090", "--zap-encoder", "json", "--tracing=false", "--metrics-endpoint-auth=false",
+        "--enable-pprof=false"]
     assert container["readinessProbe"]["grpc"] == {"port": 9003, "service": "inference-extension"}
     assert container["resources"] == {"requests": {"cpu": "2", "memory": "3Gi"}, "limits": {"memory": "3Gi"}}
     assert container["volumeMounts"] == [{"name": "config", "mountPath": "/config", "readOnly": True}]

@@ -120,7 +120,8 @@ def epp_args(cr: QwenInference) -> list[str]:
     return ["--pool-name", cr.name, "--pool-namespace", cr.namespace, "--pool-group", POOL_GROUP,
             "--config-file", f"{CONFIG_DIR}/{CONFIG_FILE}", "--grpc-port", str(GRPC_PORT),
             "--grpc-health-port", str(GRPC_HEALTH_PORT), "--metrics-port", str(METRICS_PORT),
-            "--zap-encoder", "json", "--tracing=false", "--metrics-endpoint-auth=false"]
+            "--zap-encoder", "json", "--tracing=false", "--metrics-endpoint-auth=false",
+            "--enable-pprof=false"]
 
 
 def _probe(period: int) -> dict[str, Any]:
