@@ -79,7 +79,7 @@ test-contract: venv vllm-venv ## against the real vLLM engine on CPU
 test-e2e: setup ## end to end: cluster + operator + metrics + engine
 	$(VENV)/bin/pytest -p no:cacheprovider tests/e2e $(PYTEST_ARGS)
 
-.PHONY: generate vllm-flags lint kube-schemas validate-manifests bench bench-serving bench-batch cluster-up cluster-down
+.PHONY: generate vllm-flags lint kube-schemas validate-manifests bench bench-keda bench-serving bench-batch cluster-up cluster-down
 vllm-flags: vllm-venv ## regenerate vLLM's flag table (engine.extraArgs is checked against it) from its parser
 	VLLM_TARGET_DEVICE=cpu "$$(hack/vllm-venv.sh)" hack/vllm-flags.py > operator/qwen_fleet/catalog/vllm_flags.json.tmp
 	mv operator/qwen_fleet/catalog/vllm_flags.json.tmp operator/qwen_fleet/catalog/vllm_flags.json
@@ -109,6 +109,9 @@ validate-manifests: venv ## kubeconform -strict: helm template (every tested val
 
 bench: venv binaries ## benchmarks; figures go to bench/results/
 	$(PY) -m bench.run
+
+bench-keda: venv binaries ## the same queue surge through the HPA path and the real KEDA, side by side, ~2 min; bench/results/keda-vs-hpa.{md,json}
+	$(PY) -m bench.keda_vs_hpa
 
 BENCH_SERVING_ARGS ?=
 bench-serving: venv vllm-venv ## serving sweep (vllm bench serve) on the tiny model, CPU engines; bench/results/serving-cpu-tiny.{md,json}
