@@ -6,8 +6,9 @@ What Prometheus scrapes: a small /metrics endpoint served from this test that sp
 (kwok pods run no containers; bench/keda_vs_hpa.py's StandInEngine), exporting vLLM's own series names and
 labels (``vllm:num_requests_waiting`` and ``vllm:kv_cache_usage_perc``, labels ``model_name`` and ``engine``),
 mapped to the pod by the relabelling the Prometheus Operator renders for the operator's ServiceMonitor
-(metrics_stack.py). The test sets the queue; every link after it is the real program: Prometheus, KEDA's Prometheus scaler, its gRPC Metrics Service, its metrics
-apiserver behind the aggregation layer, the HPA controller, the Deployment controller.
+(metrics_stack.py). The test sets the queue; every link after it is the real program: Prometheus, KEDA's
+Prometheus scaler, its gRPC Metrics Service, its metrics apiserver behind the aggregation layer, the HPA
+controller, the Deployment controller.
 
 The oracle is the number the test puts in the queue and the HPA's arithmetic written out here
 (``ceil(total waiting / target)``), never the operator's render code.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,6 +38,7 @@ from qwen_fleet_dev import keda
 from qwen_fleet_dev.cluster import LocalCluster
 from qwen_fleet_dev.metrics_stack import PodTarget
 from tests.support.kube import apply, condition, get, wait_until
+from tests.support.operator_process import audit_writes
 
 pytestmark = pytest.mark.cluster
 NS = "keda-live"
@@ -137,6 +140,17 @@ def test_real_keda_readies_the_scaled_object_makes_its_hpa_and_scales_on_the_pro
         auto = qwi["status"]["autoscaling"]
         assert auto["engine"] == "keda" and auto["hpaName"] == hpa_name
         assert "Ready=True (ScaledObjectReady)" in auto["message"], auto
+
+        # KEDA has added its finalizer and its scaledobject.keda.sh/name label and writes the status; the operator
+        # leaves all of that alone: through a resync (10 s here) it writes none of the fleet's children.
+        since = time.time()
+        time.sleep(14)
+        writes = [(w["verb"], w["objectRef"]["resource"], w["objectRef"].get("name"))
+                  for w in audit_writes(cluster, since) if (w.get("objectRef") or {}).get("namespace") == NS
+                  and w["objectRef"]["resource"] not in ("qweninferences", "events")]
+        assert writes == [], writes
+        labels = (get(cluster, "scaledobject", fleet, NS) or {})["metadata"].get("labels") or {}
+        assert labels.get(keda.SCALED_OBJECT_LABEL) == fleet, labels
     finally:
         engine.stop()
 
