@@ -35,7 +35,7 @@ from bench.keda_vs_hpa import (
 )
 
 from qwen_fleet_dev import keda
-from qwen_fleet_dev.cluster import LocalCluster
+from qwen_fleet_dev.cluster import LocalCluster, free_port
 from qwen_fleet_dev.metrics_stack import PodTarget
 from tests.support.kube import apply, condition, get, wait_until
 from tests.support.operator_process import audit_writes
@@ -72,6 +72,7 @@ def test_real_keda_readies_the_scaled_object_makes_its_hpa_and_scales_on_the_pro
     cluster, fleet = env.cluster, "big"
     engine = StandInEngine()
     try:
+        began = time.time()
         apply(cluster, NS, fleet_manifest(fleet, "keda", env.stack.prometheus_url))
         pod = wait_until("the fleet's first pod Running", lambda: _running_pods(cluster, fleet), 60)[0]
         env.stack.set_pod_targets([PodTarget(f"127.0.0.1:{engine.port}", NS, pod["metadata"]["name"],
@@ -149,11 +150,36 @@ def test_real_keda_readies_the_scaled_object_makes_its_hpa_and_scales_on_the_pro
                   for w in audit_writes(cluster, since) if (w.get("objectRef") or {}).get("namespace") == NS
                   and w["objectRef"]["resource"] not in ("qweninferences", "events")]
         assert writes == [], writes
+        # Nor before: KEDA's own updates of the ScaledObject (finalizer, label) never made the operator apply it
+        # again; its one write is the one that made it.
+        made = [w["verb"] for w in audit_writes(cluster, began) if (w.get("objectRef") or {}).get("resource")
+                == "scaledobjects" and w["objectRef"].get("namespace") == NS and w["objectRef"].get("name") == fleet]
+        assert len(made) == 1, made
         labels = (get(cluster, "scaledobject", fleet, NS) or {})["metadata"].get("labels") or {}
         assert labels.get(keda.SCALED_OBJECT_LABEL) == fleet, labels
     finally:
         engine.stop()
 
+
+def test_a_prometheus_keda_cannot_reach_is_mirrored_as_scaled_object_ready_false(env: Env) -> None:
+    """KEDA's own verdict on a broken trigger source (no fallback set: Ready=False, TriggerError, the count kept)
+    reaches the QwenInference as ScaledObjectReady=False."""
+    cluster, fleet = env.cluster, "unreachable"
+    nowhere = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    apply(cluster, NS, fleet_manifest(fleet, "keda", nowhere))
+
+    def mirrored_false() -> dict[str, Any] | None:
+        cond = condition(get(cluster, "qwi", fleet, NS), "ScaledObjectReady") or {}
+        return cond if cond.get("status") == "False" else None
+
+    try:
+        cond = wait_until("ScaledObjectReady=False mirrored from KEDA", mirrored_false, 60)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{_diagnose(env, fleet)}") from None
+    so_cond = condition(get(cluster, "scaledobject", fleet, NS), "Ready") or {}
+    assert (so_cond.get("status"), so_cond.get("reason")) == ("False", "TriggerError"), so_cond
+    assert (cond["reason"], cond["message"]) == ("TriggerError", so_cond["message"])
+    assert (get(cluster, "deployment", fleet, NS) or {})["spec"]["replicas"] == 1
 
 def test_the_same_queue_surge_gets_the_same_decisions_from_the_hpa_path_and_the_keda_path(env: Env) -> None:
     """bench/keda_vs_hpa.py's scenario (``python -m bench.keda_vs_hpa`` writes its figure to bench/results/):
