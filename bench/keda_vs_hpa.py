@@ -293,9 +293,9 @@ def markdown(results: dict[str, Any]) -> str:
               "averageValue (the fleet's total over the current replicas).", "",
               f"Both HPAs (the operator's and KEDA's `keda-hpa-surge-keda`) are run by the one HPA controller, which "
               f"reads every HPA once per sync period ({setup.get('hpa_sync_period')} here): a reaction time is the "
-              "wait for the next sync plus the reads, and two equal times mean both paths decided in the same "
-              "sync. Timings are from the machine's 2 cores, shared with other work; only the counts are "
-              "checked (tests/integration/test_keda_controller.py).", ""]
+              "wait for the next sync plus the reads, and two times less than a sync period apart mean both "
+              "paths decided in the same sync. Timings are from the machine's 2 cores, shared with other work; "
+              "only the counts are checked (tests/integration/test_keda_controller.py).", ""]
     return "\n".join(lines)
 
 
