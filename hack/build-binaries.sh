@@ -2,7 +2,7 @@
 # Build the real control-plane binaries from the Go module proxy, pinned, cached outside the repository.
 #
 #   hack/build-binaries.sh [component...]    components: k8s node etcd kwok helm prometheus adapter
-#                                            kubeconform lws epp (default: all)
+#                                            kubeconform lws epp keda (default: all but keda)
 #
 # Each component lands in $QF_CACHE/<component>/<version>/bin and is rebuilt only when a binary is missing.
 # Why a wrapper module for k8s.io/kubernetes: its go.mod pins every staging module at v0.0.0 with a
@@ -222,11 +222,49 @@ build_epp() {
   rm -rf "$out"; mv "$out.tmp" "$out"; rm -rf "$mod"
 }
 
+# KEDA's operator (keda) and metrics apiserver (keda-adapter), and all six of its CRDs (the operator starts a
+# controller for each kind, so each must be served), for autoscaling.engine keda; opt-in in the local control
+# plane (devtools/qwen_fleet_dev/keda.py). Not the wrapper-module recipe: KEDA's go.mod has a replace
+# (github.com/nexus-rpc/nexus-proto-annotations v0.1.0 => a pseudo-version) and an exclude, and a dependency's
+# replace and exclude lines are ignored by Go; built inside a copy of the module they apply, and its go.sum
+# pins every dependency. The admission webhooks binary is not built (the local control plane runs without it).
+build_keda() {
+  local base="$QF_CACHE/keda/$KEDA_VERSION"
+  local crds=(keda.sh_scaledobjects.yaml keda.sh_scaledjobs.yaml keda.sh_triggerauthentications.yaml
+              keda.sh_clustertriggerauthentications.yaml eventing.keda.sh_cloudeventsources.yaml
+              eventing.keda.sh_clustercloudeventsources.yaml)
+  local have_crds=1
+  for f in "${crds[@]}"; do [ -f "$base/crds/$f" ] || have_crds=0; done
+  have_all "$base/bin" keda keda-adapter && [ "$have_crds" = 1 ] && return 0
+  local src; src=$(go mod download -json "github.com/kedacore/keda/v2@$KEDA_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  [ -f "$src/go.mod" ] || { log "could not download github.com/kedacore/keda/v2@$KEDA_VERSION"; exit 1; }
+  if ! have_all "$base/bin" keda keda-adapter; then
+    log "building keda $KEDA_VERSION operator and metrics apiserver (cold: ~20-30 min on 2 cores)"
+    local mod; mod=$(mktemp -d "${TMPDIR:-/tmp}/qf-keda-mod.XXXXXX")
+    cp -r "$src/." "$mod/"; chmod -R u+w "$mod"
+    local ld="-s -w -X github.com/kedacore/keda/v2/version.Version=$KEDA_VERSION"
+    ld="$ld -X github.com/kedacore/keda/v2/version.GitCommit=module-proxy"
+    rm -rf "$base/bin.tmp"; mkdir -p "$base/bin.tmp"
+    (
+      cd "$mod"
+      go build -trimpath -ldflags "$ld" -o "$base/bin.tmp/keda" ./cmd/operator
+      go build -trimpath -ldflags "$ld" -o "$base/bin.tmp/keda-adapter" ./cmd/adapter
+    )
+    rm -rf "$base/bin"; mv "$base/bin.tmp" "$base/bin"; rm -rf "$mod"
+  fi
+  rm -rf "$base/crds.tmp"; mkdir -p "$base/crds.tmp"
+  for f in "${crds[@]}"; do cp "$src/config/crd/bases/$f" "$base/crds.tmp/"; done
+  chmod -R u+w "$base/crds.tmp"
+  rm -rf "$base/crds"; mv "$base/crds.tmp" "$base/crds"
+}
+
 components=("$@")
+# keda is built only when asked (make test-keda, make bench-keda, or its test's fixture): ~25 min cold on 2 cores
+# would push a fresh machine's CI past its limit.
 [ ${#components[@]} -gt 0 ] || components=(etcd kwok helm k8s node prometheus adapter kubeconform lws epp)
 for c in "${components[@]}"; do
   case $c in
-    k8s|node|etcd|kwok|helm|prometheus|adapter|kubeconform|lws|epp) "build_$c" ;;
+    k8s|node|etcd|kwok|helm|prometheus|adapter|kubeconform|lws|epp|keda) "build_$c" ;;
     *) log "unknown component: $c"; exit 2 ;;
   esac
 done

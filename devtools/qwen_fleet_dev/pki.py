@@ -86,8 +86,14 @@ class LoopbackServingPki:
     key: Path
 
 
-def make_loopback_serving_pki(directory: Path, name: str) -> LoopbackServingPki:
-    """``tls.crt``/``tls.key`` (the file names controller-runtime's webhook server reads from its certDir)."""
+def make_loopback_serving_pki(directory: Path, name: str, dns_names: tuple[str, ...] = (),
+                              client_auth: bool = False) -> LoopbackServingPki:
+    """``tls.crt``/``tls.key`` (the file names controller-runtime's webhook server reads from its certDir).
+
+    ``dns_names`` are added to the loopback names (the aggregation layer checks an APIService's certificate
+    against ``<service>.<namespace>.svc``); with ``client_auth`` the certificate also authenticates its holder
+    as a client (KEDA's operator and metrics apiserver use one certificate both ways on their mutual-TLS gRPC).
+    """
     directory.mkdir(parents=True, exist_ok=True)
     pki = LoopbackServingPki(ca=directory / "ca.crt", cert=directory / "tls.crt", key=directory / "tls.key")
     if pki.cert.exists():
@@ -98,7 +104,9 @@ def make_loopback_serving_pki(directory: Path, name: str) -> LoopbackServingPki:
              "-out", str(pki.ca))
     _openssl("genrsa", "-out", str(pki.key), "2048")
     _openssl("req", "-new", "-key", str(pki.key), "-subj", f"/CN={name}", "-out", str(csr))
-    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
+    sans = ",".join(["IP:127.0.0.1", "DNS:localhost", *(f"DNS:{n}" for n in dns_names)])
+    usage = "serverAuth,clientAuth" if client_auth else "serverAuth"
+    ext.write_text(f"subjectAltName={sans}\nextendedKeyUsage={usage}\n")
     _openssl("x509", "-req", "-in", str(csr), "-CA", str(pki.ca), "-CAkey", str(ca_key), "-CAcreateserial",
              "-days", "3650", "-extfile", str(ext), "-out", str(pki.cert))
     return pki

@@ -22,7 +22,8 @@ PROMETHEUS_OPERATOR = "v0.85.0"
 CERT_MANAGER = "v1.19.1"
 # LeaderWorkerSet (multi-node replicas): its manager and CRDs in the local control plane, and the dry-runs.
 LWS = "v0.9.0"
-# KEDA (autoscaling.engine keda): its real ScaledObject CRD for the dry-runs and the integration test.
+# KEDA (autoscaling.engine keda): its real ScaledObject CRD for the dry-runs, and its operator and metrics
+# apiserver in the local control plane (devtools/qwen_fleet_dev/keda.py).
 KEDA = "v2.21.0"
 # The Gateway API Inference Extension (spec.routing): the endpoint picker's default image tag and the real
 # InferencePool and InferenceObjective CRDs (sigs.k8s.io/gateway-api-inference-extension); v1.6.0 keeps only a

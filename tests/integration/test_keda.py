@@ -4,8 +4,9 @@ cluster does not serve the API (the running fleet and its HPA untouched), a Scal
 apply against the real schema once it does and no HPA beside it, the switch back to an HPA and again, the old
 autoscaler always deleted before the new one is made, and the replica count an autoscaler set never reset.
 
-No KEDA operator runs here (no admission webhook, no finalizer, no keda-hpa-<name>): what it adds is taken from
-its source (docs/autoscaling.md, "What is tested, and what is not").
+No KEDA operator runs here (no admission webhook, no finalizer, no keda-hpa-<name>): the real KEDA, its HPA and
+its metrics apiserver are in test_keda_controller.py, on a control plane of their own (docs/autoscaling.md, "What
+is tested, and what is not").
 """
 
 from __future__ import annotations

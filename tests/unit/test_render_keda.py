@@ -47,7 +47,6 @@ def test_engine_keda_renders_a_scaled_object_and_no_hpa() -> None:
         "minReplicaCount": 2,
         "maxReplicaCount": 6,
         "advanced": {
-            "restoreToOriginalReplicaCount": False,
             "horizontalPodAutoscalerConfig": {"behavior": {
                 "scaleUp": {"stabilizationWindowSeconds": 30, "selectPolicy": "Max",
                             "policies": [{"type": "Pods", "value": 3, "periodSeconds": 90}]},

@@ -32,8 +32,8 @@ The executor (controller.py) only carries a ChangeSet out. The rules, each with 
   make the HPA controller refuse to act, AmbiguousSelector). So the old one is deleted first, with the
   reconcile's other changes, and the new one is held back until the watch has seen the old one gone; the next
   reconcile (that deletion is its trigger) makes it. Meanwhile the Deployment is applied without `replicas`
-  as before: the count stays where the old autoscaler left it (the ScaledObject is rendered with
-  restoreToOriginalReplicaCount false, so KEDA does not put it back either).
+  as before: the count stays where the old autoscaler left it (the ScaledObject leaves
+  restoreToOriginalReplicaCount at KEDA's default, false, so KEDA does not put it back either).
 - A model prefetch Job (model.cache.prefetch) that has not succeeded holds the fleet: only the cache claim and
   the Job are applied, nothing is pruned, and the rest (a new fleet's Deployment and Service, a running fleet's
   change to a new model) waits until the Job has succeeded (reconcile/prefetch.py says why).

@@ -76,9 +76,11 @@ def render_scaled_object(cr: QwenInference) -> dict[str, Any]:
             "minReplicaCount": auto.min_replicas,
             "maxReplicaCount": auto.max_replicas or auto.min_replicas,
             "advanced": {
-                # Deleting the ScaledObject (a switch to engine hpa, autoscaling turned off) leaves the replica
-                # count where KEDA's HPA put it, as deleting an HPA does.
-                "restoreToOriginalReplicaCount": False,
+                # restoreToOriginalReplicaCount is left at KEDA's default, false: deleting the ScaledObject (a switch
+                # to engine hpa, autoscaling turned off) leaves the replica count where KEDA's HPA put it, as
+                # deleting an HPA does. Not written out: the field is a Go bool with omitempty
+                # (apis/keda/v1alpha1/scaledobject_types.go), so KEDA's own full-object Update, when it adds its
+                # finalizer and label, drops a false, and the operator would see drift and apply it again.
                 "horizontalPodAutoscalerConfig": {"behavior": {
                     "scaleUp": behavior_rules(auto.behavior.scale_up),
                     "scaleDown": behavior_rules(auto.behavior.scale_down)}},
