@@ -46,8 +46,10 @@ from tests.support.serving import KV_SPACE_GIB, NAME, SPEC, RenderedServer
 from tests.support.third_party import crd_name, third_party_crds
 
 # Outside `make test` for now (`make test-picker`): in the cold run of 2026-12-01 all four errored at set-up inside
-# the full suite (after the other integration modules, on the session's shared cluster), while the module alone
-# passed with the same fresh cache (4 passed in 149 s) and three times before; the in-suite cause is open.
+# the full suite ("serviceaccounts qwen-tiny-epp not found" right after applying it) while the module alone
+# passed with the same fresh cache. Cause: the rendered objects carried an owner reference to a QwenInference
+# that does not exist, which a garbage collector with synced informers (a long-running cluster) deletes at once;
+# now applied without it. To be brought back once a full run has passed with it.
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm, pytest.mark.slow, pytest.mark.real_picker]
 
 CRDS = ("inferencepools.inference.networking.k8s.io", "inferenceobjectives.inference.networking.x-k8s.io")
@@ -160,7 +162,12 @@ def fleet(epp_servers: list[_EarlyRenderedServer], cluster: LocalCluster, tmp_pa
         epp = f"{NAME}-epp"
         for kind, name in (("ServiceAccount", epp), ("Role", epp), ("RoleBinding", epp), ("ConfigMap", epp),
                            ("InferencePool", NAME)):
-            apply(cluster, ns, _one(children, kind, name))
+            # Without the owner reference to the QwenInference this test never creates (uid "u"): a dangling
+            # owner makes the garbage collector delete the object, as soon as its informers have synced (in a
+            # long-running cluster: at once; cold3 met "serviceaccounts qwen-tiny-epp not found").
+            obj = copy.deepcopy(_one(children, kind, name))
+            obj["metadata"].pop("ownerReferences", None)
+            apply(cluster, ns, obj)
         template = _one(children, "Deployment", NAME)["spec"]["template"]
         pods = {}
         for i, server in enumerate(epp_servers):
