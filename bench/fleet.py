@@ -228,7 +228,7 @@ def with_operator(docs: list[dict[str, Any]], workdir: Path, timeout: float, ste
                                    "operator_writes_per_fleet": round(len(settled) / len(docs), 3),
                                    "writes_per_fleet_by_kind": _writes_by_kind(settled, len(docs))}
         out["steady"] = _steady(cluster, operator, steady_seconds)
-        out["restart"] = _restart(cluster, operator, len(docs), timeout)
+        out["restart"] = _restart(cluster, operator, len(docs), timeout, profile_dir)
         out["single_change"] = _single_change(cluster, api, docs[0]["metadata"]["name"])
         qwis.stop()
         deps.stop()
@@ -252,26 +252,33 @@ def _steady(cluster: LocalCluster, operator: OperatorProcess, seconds: float) ->
             "write_samples": [f"{w['verb']} {w['requestURI']}" for w in writes[:5]]}
 
 
-def _restart(cluster: LocalCluster, operator: OperatorProcess, n: int, timeout: float) -> dict[str, Any]:
+def _restart(cluster: LocalCluster, operator: OperatorProcess, n: int, timeout: float,
+             profile_dir: Path | None = None) -> dict[str, Any]:
     operator.stop(signal.SIGKILL)
     since = time.time()
     start = time.monotonic()
     operator.start(wait=False)
     deadline = start + timeout
     verified = False
-    while time.monotonic() < deadline:
-        try:
-            if _reconciles(operator, "unchanged") + _reconciles(operator, "applied") >= n:
-                verified = True
-                break
-        except OSError:
-            pass
-        time.sleep(0.2)
-    took = time.monotonic() - start
+    with ExitStack() as stack:
+        if profile_dir is not None and operator.proc is not None:  # from just after exec to all verified
+            stack.enter_context(profile.record(operator.proc.pid, profile_dir / f"restart-n{n}.txt"))
+        while time.monotonic() < deadline:
+            try:
+                if _reconciles(operator, "unchanged") + _reconciles(operator, "applied") >= n:
+                    verified = True
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        took = time.monotonic() - start
     time.sleep(5)
     writes = audit_writes(cluster, since)
-    return {"seconds_to_verify_all": round(took, 2), "verified": verified, "writes": len(writes),
-            "write_samples": [f"{w['verb']} {w['requestURI']}" for w in writes[:5]]}
+    out = {"seconds_to_verify_all": round(took, 2), "verified": verified, "writes": len(writes),
+           "write_samples": [f"{w['verb']} {w['requestURI']}" for w in writes[:5]]}
+    if profile_dir is not None:
+        out["profile"] = profile.summarize((profile_dir / f"restart-n{n}.txt").read_text())
+    return out
 
 
 def _single_change(cluster: LocalCluster, api: Any, name: str) -> dict[str, Any]:
