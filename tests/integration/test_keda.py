@@ -19,7 +19,7 @@ import pytest
 
 from qwen_fleet.config import FIELD_MANAGER
 from qwen_fleet_dev.cluster import LocalCluster
-from tests.support.kube import apply, condition, events_for, get, wait_until
+from tests.support.kube import apply, condition, events_for, get, wait_fleet, wait_until
 from tests.support.operator_process import OperatorProcess, audit_writes
 from tests.support.third_party import crd_name, third_party_crds
 
@@ -44,14 +44,6 @@ def _install_crd(cluster: LocalCluster) -> None:
     cluster.install_crd(crd, name=KEDA_CRD_NAME)
 
 
-def _wait(cluster: LocalCluster, ns: str, operator: OperatorProcess, what: str, check: Any,
-          timeout: float = 60) -> Any:
-    """wait_until that says, on a timeout, where the resource stands and what the operator logged."""
-    try:
-        return wait_until(what, check, timeout)
-    except AssertionError as err:
-        qwi = get(cluster, "qwi", "big", ns) or {}
-        raise AssertionError(f"{err}\nstatus: {json.dumps(qwi.get('status'), indent=1)}\n{operator.tail()}") from None
 
 
 def _crd_present(cluster: LocalCluster) -> bool:
@@ -92,7 +84,7 @@ def test_engine_keda_stalls_without_the_crd_then_switches_cleanly_both_ways(
 
     # A running fleet with the HPA, scaled to 3 as an autoscaler would (through the scale subresource).
     apply(cluster, namespace, _fleet("hpa"))
-    hpa = _wait(cluster, namespace, operator, "the HPA", lambda: get(cluster, "hpa", "big", namespace))
+    hpa = wait_fleet(cluster, namespace, "big", operator.tail, "the HPA", lambda: get(cluster, "hpa", "big", namespace))
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "big"}
     cluster.kubectl("scale", "deployment", "big", "-n", namespace, "--replicas=3")
 
@@ -112,7 +104,7 @@ def test_engine_keda_stalls_without_the_crd_then_switches_cleanly_both_ways(
     # the apiserver validates against KEDA's schema (server-side apply).
     since = time.time()
     _install_crd(cluster)
-    scaled = _wait(cluster, namespace, operator, "the ScaledObject",
+    scaled = wait_fleet(cluster, namespace, "big", operator.tail, "the ScaledObject",
                    lambda: get(cluster, "scaledobject", "big", namespace))
     assert get(cluster, "hpa", "big", namespace) is None
     assert scaled["spec"]["minReplicaCount"] == 1 and scaled["spec"]["maxReplicaCount"] == 4
@@ -152,7 +144,7 @@ def test_engine_keda_stalls_without_the_crd_then_switches_cleanly_both_ways(
     # Back to the HPA: the ScaledObject deleted first, then the HPA; the count still where it was.
     since = time.time()
     apply(cluster, namespace, _fleet("hpa"))
-    _wait(cluster, namespace, operator, "the HPA again", lambda: get(cluster, "hpa", "big", namespace))
+    wait_fleet(cluster, namespace, "big", operator.tail, "the HPA again", lambda: get(cluster, "hpa", "big", namespace))
     assert get(cluster, "scaledobject", "big", namespace) is None
     _deleted_before_made(_child_writes(cluster, namespace, since), "scaledobjects", "horizontalpodautoscalers")
     wait_until("status.autoscaling of engine hpa", lambda: (
@@ -168,7 +160,8 @@ def test_a_new_keda_fleet_gets_a_scaled_object_and_no_hpa(
         _install_crd(cluster)
     # The operator notices the API at its next resync, if it had not yet.
     apply(cluster, namespace, _fleet("keda"))
-    _wait(cluster, namespace, operator, "the ScaledObject", lambda: get(cluster, "scaledobject", "big", namespace))
+    wait_fleet(cluster, namespace, "big", operator.tail, "the ScaledObject",
+               lambda: get(cluster, "scaledobject", "big", namespace))
     wait_until("the Deployment", lambda: get(cluster, "deployment", "big", namespace), 30)
     assert get(cluster, "hpa", "big", namespace) is None
     dep = json.loads(cluster.kubectl("get", "deployment", "big", "-n", namespace, "-o", "json",

@@ -19,7 +19,7 @@ import pytest
 
 from qwen_fleet_dev.cluster import LocalCluster
 from tests.invalid_specs import CASES, Case, merged
-from tests.support.kube import apply, condition, events_for, get, wait_until
+from tests.support.kube import apply, condition, events_for, get, wait_fleet, wait_until
 from tests.support.operator_process import OperatorProcess, audit_writes
 from tests.support.third_party import crd_name, third_party_crds
 
@@ -58,14 +58,6 @@ def _crds_present(cluster: LocalCluster) -> list[str]:
     return [name for name in CRDS.values() if cluster.kubectl("get", "crd", name, check=False).returncode == 0]
 
 
-def _wait(cluster: LocalCluster, ns: str, operator: OperatorProcess, what: str, check: Any,
-          timeout: float = 60) -> Any:
-    """wait_until that says, on a timeout, where the resource stands and what the operator logged."""
-    try:
-        return wait_until(what, check, timeout)
-    except AssertionError as err:
-        qwi = get(cluster, "qwi", "big", ns) or {}
-        raise AssertionError(f"{err}\nstatus: {json.dumps(qwi.get('status'), indent=1)}\n{operator.tail()}") from None
 
 
 def _reason(cluster: LocalCluster, ns: str, type_: str) -> tuple[str, str]:
@@ -89,7 +81,8 @@ def test_routing_stalls_without_the_crds_then_is_accepted_and_pruned(
         time.sleep(12)  # one resync of the operator (10 s in these tests) refreshes its capabilities
 
     apply(cluster, namespace, _fleet(None))
-    _wait(cluster, namespace, operator, "the fleet's Deployment", lambda: get(cluster, "deployment", "big", namespace))
+    wait_fleet(cluster, namespace, "big", operator.tail, "the fleet's Deployment",
+               lambda: get(cluster, "deployment", "big", namespace))
 
     # routing without the Inference Extension's CRDs: Stalled with the fix, a Warning Event, nothing written.
     since = time.time()
@@ -106,8 +99,8 @@ def test_routing_stalls_without_the_crds_then_is_accepted_and_pruned(
     # The CRDs installed: at its next resync the operator applies every routing child, each validated by the
     # apiserver against the real schema (server-side apply).
     _install_crds(cluster)
-    route = _wait(cluster, namespace, operator, "the HTTPRoute", lambda: get(cluster, "httproute", "big", namespace),
-                  timeout=60)
+    route = wait_fleet(cluster, namespace, "big", operator.tail, "the HTTPRoute",
+                       lambda: get(cluster, "httproute", "big", namespace), timeout=60)
     assert route["spec"]["parentRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "Gateway",
                                             "name": "inference-gateway", "sectionName": "http"}]
     assert route["spec"]["rules"][0]["backendRefs"][0]["kind"] == "InferencePool"
@@ -136,7 +129,7 @@ def test_routing_stalls_without_the_crds_then_is_accepted_and_pruned(
     # routing turned off: every routing child pruned but the picker's Service and identity; the fleet's own kept.
     apply(cluster, namespace, _fleet(None))
     for kind, name in PRUNED:
-        _wait(cluster, namespace, operator, f"{kind}/{name} pruned",
+        wait_fleet(cluster, namespace, "big", operator.tail, f"{kind}/{name} pruned",
               lambda k=kind, n=name: get(cluster, k, n, namespace) is None or None, timeout=30)
     for kind, name in KEPT:
         assert get(cluster, kind, name, namespace) is not None, f"{kind}/{name} deleted"

@@ -47,3 +47,14 @@ def events_for(cluster: LocalCluster, ns: str, name: str) -> list[dict[str, Any]
 def apply(cluster: LocalCluster, ns: str, doc: dict[str, Any] | str) -> None:
     text = doc if isinstance(doc, str) else json.dumps(doc)
     cluster.kubectl("apply", "-n", ns, "-f", "-", input=text)
+
+
+def wait_fleet(cluster: LocalCluster, ns: str, fleet: str, logs: Callable[[], str], what: str,
+               check: Callable[[], T | None], timeout: float = 60) -> T:
+    """wait_until that says, on a timeout, where the QwenInference ``fleet`` stands and what ``logs`` (the
+    operator's tail) returns."""
+    try:
+        return wait_until(what, check, timeout)
+    except AssertionError as err:
+        qwi = get(cluster, "qwi", fleet, ns) or {}
+        raise AssertionError(f"{err}\nstatus: {json.dumps(qwi.get('status'), indent=1)}\n{logs()}") from None
