@@ -47,7 +47,7 @@ def test_a_cpu_fleet_may_run_the_preflight_and_a_one_gpu_fleet_may_not() -> None
            "engine": {"image": "example.org/vllm-cpu:0.32.0"}, "nccl": {"preflight": {"enabled": True}}}
     cr = QwenInference.model_validate(_resource(cpu))
     assert cr.spec.nccl.preflight.max_small_message_latency_microseconds is None  # the render picks per device
-    with pytest.raises(ValidationError, match="nccl.preflight needs at least 2 GPUs per replica"):
+    with pytest.raises(ValidationError, match=r"nccl\.preflight needs at least 2 GPUs per replica"):
         QwenInference.model_validate(_resource({**cpu, "device": "GPU", "engine": {}}))
 
 
