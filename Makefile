@@ -68,7 +68,7 @@ test-keda: setup ## the real KEDA operator and metrics apiserver (built first wh
 	hack/build-binaries.sh keda
 	$(VENV)/bin/pytest -p no:cacheprovider -m keda_controller tests/integration $(PYTEST_ARGS)
 
-test-real-fleet: setup ## a vLLM CPU fleet served on the real node (image import, probes, ClusterIP, EngineFailed, rollout)
+test-real-fleet: setup ## a vLLM CPU fleet on the real node: operator pod via helm, probes, ClusterIP, EngineFailed, rollout, NCCL preflight
 	$(VENV)/bin/pytest -p no:cacheprovider -m real_fleet tests/node $(PYTEST_ARGS)
 
 test-unit: venv ## fast tests, no cluster, no engine
