@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import json
 import queue
 import ssl
@@ -199,8 +200,8 @@ class Gateway:
             forwarded = _streamed_body(stream, "request_body")
             endpoint = headers_set[DESTINATION]
             try:
-                status, reply_headers, reply, first = _forward(endpoint, path, forwarded, self.timeout)
-            except OSError as err:  # refused, reset, timed out: what a gateway turns into a 5xx
+                status, reply_headers, reply, first = forward(endpoint, path, forwarded, self.timeout)
+            except (OSError, http.client.HTTPException) as err:  # refused, reset, cut short: a gateway's 5xx
                 raise UpstreamError(endpoint, err) from err
             stream.send(pb.ProcessingRequest(response_headers=_headers(
                 {":status": str(status), **reply_headers}, end_of_stream=False)))
@@ -228,7 +229,7 @@ def first_choice(line: bytes) -> bool:
     return text.startswith("data:") and text != "data: [DONE]" and bool(json.loads(text[5:]).get("choices"))
 
 
-def _forward(endpoint: str, path: str, body: bytes, timeout: float
+def forward(endpoint: str, path: str, body: bytes, timeout: float
              ) -> tuple[int, dict[str, str], bytes, float | None]:
     """The upstream request, to the address the picker chose (one endpoint: the default profile picks one);
     with the time (monotonic) of a streamed response's first chunk with a choice."""

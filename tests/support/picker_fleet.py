@@ -123,9 +123,10 @@ def kwok_pod(cluster: LocalCluster, ns: str, template: dict[str, Any], name: str
                     "-p", json.dumps({"status": {"podIP": ip, "podIPs": [{"ip": ip}]}}))
 
 
-def set_not_ready(cluster: LocalCluster, ns: str, pod: str) -> None:
-    """What the kubelet writes when the pod's readiness probe has failed (KWOK runs no probes)."""
-    not_ready = [{"type": t, "status": "False", "reason": "ReadinessProbeFailed"} for t in ("Ready", "ContainersReady")]
+def set_not_ready(cluster: LocalCluster, ns: str, pod: str, reason: str = "ReadinessProbeFailed") -> None:
+    """What the kubelet writes when the pod's readiness probe has failed, or (``ContainersNotReady``) its
+    container has exited (KWOK does neither)."""
+    not_ready = [{"type": t, "status": "False", "reason": reason} for t in ("Ready", "ContainersReady")]
     cluster.kubectl("patch", "pod", pod, "-n", ns, "--subresource=status", "--type=strategic",
                     "-p", json.dumps({"status": {"conditions": not_ready}}))
 
