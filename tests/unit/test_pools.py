@@ -5,11 +5,13 @@ the spec (docs/routing.md "Length-aware pools"). The refusals of bad specs are r
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from qwen_fleet.api import QwenInference
+from qwen_fleet.cli import main
 from qwen_fleet.config import OperatorConfig
 from qwen_fleet.plan import make_plan
 from qwen_fleet.reconcile.changes import plan_changes
@@ -203,3 +205,13 @@ def test_a_removed_pool_loses_its_deployment_and_picker_but_never_the_fleets_ser
 ])
 def test_which_children_may_be_pruned(kind: str, name: str, labels: dict[str, str], pruned: bool) -> None:
     assert may_prune(kind, name, "chat", labels) is pruned
+
+
+def test_qwen_fleet_plan_plans_each_pool(capsys: pytest.CaptureFixture[str]) -> None:
+    """``qwen-fleet plan -f`` on a spec with pools: one layout and one table row per pool, at its own length."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "qwen3-8b-length-pools.yaml"
+    assert main(["plan", "-f", str(example)]) == 0
+    out = capsys.readouterr().out
+    assert "qwen3-8b-chat-short:" in out and "qwen3-8b-chat-long:" in out
+    rows = [line.split() for line in out.splitlines() if line.startswith("Qwen/Qwen3-8B ")]
+    assert [row[5] for row in rows] == ["4,096", "32,768"]  # CONTEXT, per pool
