@@ -46,6 +46,7 @@ import json
 import os
 import platform
 import random
+import re
 import shutil
 import signal
 import sys
@@ -90,7 +91,7 @@ WORDS = ("replica", "prefix", "cache", "token", "queue", "gateway", "picker", "p
 class Settings:
     kv_blocks: int = 48
     prefixes: int = 12
-    per_prefix: int = 8
+    per_prefix: int = 12
     prefix_chars: int = 760
     concurrency: int = 4
     prefix_max_tokens: int = 4
@@ -437,8 +438,8 @@ def server_facts(fleet: PickerFleet) -> dict[str, Any]:
     server = next(iter(fleet.servers.values()))
     _, text = server.get("/metrics")
     line = next(x for x in text.splitlines() if x.startswith("vllm:cache_config_info{"))
-    labels = dict(part.split("=", 1) for part in line[line.index("{") + 1:line.index("}")].split(","))
-    return {k: labels.get(k, "").strip('"') for k in ("block_size", "num_gpu_blocks", "enable_prefix_caching")}
+    labels = dict(re.findall(r'([A-Za-z_]+)="([^"]*)"', line))
+    return {k: labels.get(k, "") for k in ("block_size", "num_gpu_blocks", "enable_prefix_caching")}
 
 
 def run(s: Settings, tmp: Path) -> dict[str, Any]:
