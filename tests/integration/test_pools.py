@@ -81,10 +81,10 @@ def test_the_operator_makes_each_pool_and_prunes_a_removed_one(cluster: LocalClu
         assert objective["spec"]["poolRef"]["name"] == f"chat-{pool}"
     route = get(cluster, "httproute", "chat", namespace) or {}
     assert [r["backendRefs"][0]["name"] for r in route["spec"]["rules"]] == ["chat-short", "chat-medium", "chat-long"]
-    # Each pool's pods are its own: a pool's Deployment never counts another's.
-    pods = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-l", "qwenfleet.io/pool=short",
-                                      "-o", "json").stdout)["items"]
-    assert len(pods) == 1 and pods[0]["metadata"]["labels"]["qwenfleet.io/inference"] == "chat"
+    # Each pool's serving pods are its own (the pool's picker pod carries the pool label, not the fleet's).
+    pods = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-l",
+                                      "qwenfleet.io/inference=chat,qwenfleet.io/pool=short", "-o", "json").stdout)
+    assert [p["metadata"]["name"].rsplit("-", 2)[0] for p in pods["items"]] == ["chat-short"]
 
     # The medium pool removed: its Deployment, picker, InferencePool and objective go; the others stay.
     apply(cluster, namespace, _fleet([POOLS[0], POOLS[2]]))
