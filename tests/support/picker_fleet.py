@@ -164,6 +164,7 @@ def start_picker_fleet(cluster: LocalCluster, binary: Path, servers: list[EarlyR
     at its address, the picker started as the rendered ServiceAccount; returns once every server serves and the
     picker holds every pod. ``children``: ``render`` for that namespace. On failure everything is stopped."""
     namespace = one(children, "InferencePool", NAME)["metadata"]["namespace"]
+    workdir.mkdir(parents=True, exist_ok=True)
     cluster.kubectl("create", "namespace", namespace)
     picker: LocalPicker | None = None
     bridge: TlsBridge | None = None
