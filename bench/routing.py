@@ -133,8 +133,9 @@ def through_picker(gateway: Gateway, body: dict[str, Any], headers: dict[str, st
     start = time.monotonic()
     try:
         exchange = gateway.post("/v1/chat/completions", body, headers)
-    except UpstreamError as err:
-        return Record(start, time.monotonic(), err.endpoint, None, None, str(err)[:200])
+    except UpstreamError as err:  # "<kind>: <endpoint>: ...": kill_report counts failures by kind
+        kind = type(err.__cause__).__name__
+        return Record(start, time.monotonic(), err.endpoint, None, None, f"{kind}: {err}"[:200])
     except (PickerError, AssertionError, StopIteration, OSError) as err:
         return Record(start, time.monotonic(), None, None, None, f"picker: {type(err).__name__}: {err}"[:200])
     except Exception as err:  # grpc.RpcError and the like: the exchange broke, count it
@@ -242,9 +243,21 @@ def prefix_workload(s: Settings, tag: str) -> list[str]:
     return [f"{prefixes[p]}\nQuestion {i}: which {WORDS[i % len(WORDS)]} comes next?" for i, p in enumerate(order)]
 
 
-def cache_counters(servers: dict[str, EarlyRenderedServer]) -> dict[str, dict[str, float]]:
-    keys = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")
-    return {endpoint: {k: server.metrics().get(k, 0.0) for k in keys} for endpoint, server in servers.items()}
+COUNTERS = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", "vllm:num_preemptions_total")
+
+
+def counters(servers: dict[str, EarlyRenderedServer]) -> dict[str, float]:
+    """The servers' counters of COUNTERS, summed over both."""
+    totals = dict.fromkeys(COUNTERS, 0.0)
+    for server in servers.values():
+        samples = server.metrics()
+        for key in COUNTERS:
+            totals[key] += samples.get(key, 0.0)
+    return totals
+
+
+def delta(before: dict[str, float], after: dict[str, float], key: str) -> float:
+    return after[key] - before[key]
 
 
 def phase_a(fleet: PickerFleet, s: Settings) -> dict[str, Any]:
@@ -261,20 +274,19 @@ def phase_a(fleet: PickerFleet, s: Settings) -> dict[str, Any]:
             else:
                 target = rng.choice(endpoints) if mode == "random" else endpoints[i % len(endpoints)]
                 jobs.append(functools.partial(direct, target, body))
-        before = cache_counters(fleet.servers)
+        before = counters(fleet.servers)
         began = time.monotonic()
         records = closed_loop(jobs, s.concurrency)
         seconds = time.monotonic() - began
-        after = cache_counters(fleet.servers)
-        hits = sum(after[e]["vllm:prefix_cache_hits_total"] - before[e]["vllm:prefix_cache_hits_total"]
-                   for e in endpoints)
-        queries = sum(after[e]["vllm:prefix_cache_queries_total"] - before[e]["vllm:prefix_cache_queries_total"]
-                      for e in endpoints)
+        after = counters(fleet.servers)
+        hits = delta(before, after, "vllm:prefix_cache_hits_total")
+        queries = delta(before, after, "vllm:prefix_cache_queries_total")
         prefix_of = [int(p.split(" tenant ")[1].split("]")[0]) for p in prompts]
         servers_per_prefix = Counter(len({r.endpoint for r, p in zip(records, prefix_of, strict=True) if p == q})
                                      for q in range(s.prefixes))
         out[mode] = {**summary(records), "seconds": round(seconds, 1), "hit_tokens": hits, "query_tokens": queries,
                      "hit_rate": round(hits / queries, 4) if queries else None,
+                     "preemptions": delta(before, after, "vllm:num_preemptions_total"),
                      "per_server": dict(Counter(r.endpoint for r in records if r.endpoint)),
                      "servers_per_prefix": {str(k): v for k, v in sorted(servers_per_prefix.items())}}
         print("A", mode, json.dumps({k: v for k, v in out[mode].items() if k != "records"}), flush=True)
@@ -312,15 +324,21 @@ def flood_run(fleet: PickerFleet, s: Settings, with_priority: bool, tag: str) ->
     waiting: dict[str, float] = {}
     sampler = threading.Thread(target=_waiting, args=(fleet, stop_sampler, waiting), daemon=True)
     sampler.start()
+    before = counters(fleet.servers)
+    began = time.monotonic()
     longs, threads = flood(long_job, s.flood_concurrency, stop)
     time.sleep(s.flood_warmup_s)
     shorts = open_loop(short_job, s.short_rate, count=s.short_count)
     stop.set()
     for thread in threads:
         thread.join()
+    seconds = time.monotonic() - began
     stop_sampler.set()
     sampler.join()
-    return {"short": summary(shorts), "long": summary(longs), "max_waiting": waiting}
+    after = counters(fleet.servers)
+    return {"short": summary(shorts), "long": {**summary(longs), "per_s": round(len(longs) / seconds, 2)},
+            "max_waiting": waiting, "preemptions": delta(before, after, "vllm:num_preemptions_total"),
+            "seconds": round(seconds, 1)}
 
 
 def phase_b(fleet: PickerFleet, s: Settings) -> dict[str, Any]:
@@ -427,7 +445,7 @@ def kill_report(records: list[Record], victim: str, survivor: str, began: float,
         "seconds_kill_to_not_ready": None if not_ready is None else round(not_ready - killed, 2),
         "seconds_kill_to_dropped": None if dropped is None else round(dropped - killed, 2),
         "readiness_probe": {k: probe[k] for k in ("periodSeconds", "timeoutSeconds", "failureThreshold")},
-        "errors": sorted(Counter((r.error or "").split(":")[0] for r in failed).items()),
+        "errors": sorted(Counter((r.error or "").split(":")[0] for r in failed).items()),  # by exception type
         "timeline": [{"t": round(r.start - killed, 3), "end": round(r.end - killed, 3), "endpoint": r.endpoint,
                       "ok": r.error is None} for r in records],
         "seconds": round(time.monotonic() - began, 1),

@@ -31,6 +31,10 @@ def summary(records: list[Any]) -> dict[str, Any]:
     return out
 
 
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
 def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}" if a is not None and b else "-"
 
@@ -41,25 +45,27 @@ def _short_ratio(b: dict[str, Any], q: str) -> str:
 
 def _table_a(a: dict[str, Any]) -> list[str]:
     rows = ["| routing | requests (failed) | prefix-cache hit rate | TTFT p50 s | TTFT p99 s | requests per server "
-            "| prefixes on 1 / 2 servers | s |", "|" + " --- |" * 8]
+            "| prefixes on 1 / 2 servers | preemptions | s |", "|" + " --- |" * 9]
     for mode, m in a.items():
         per = " / ".join(str(v) for _, v in sorted(m["per_server"].items()))
         spread = m["servers_per_prefix"]
         rows.append(f"| {mode} | {m['n']} ({m['failed']}) | {m['hit_rate']} | {m.get('ttft_p50_s', '-')} | "
                     f"{m.get('ttft_p99_s', '-')} | {per} | {spread.get('1', 0)} / {spread.get('2', 0)} | "
-                    f"{m['seconds']} |")
+                    f"{_num(m.get('preemptions'))} | {m['seconds']} |")
     return rows
 
 
 def _table_b(b: dict[str, Any]) -> list[str]:
-    rows = ["| classes | short n (failed) | short TTFT p50 s | short TTFT p99 s | long n (failed) | long latency "
-            "p50 s | largest waiting queue per server |", "|" + " --- |" * 7]
+    rows = ["| classes | short n (failed) | short TTFT p50 s | short TTFT p99 s | long n (failed) | long per s | "
+            "long latency p50 s | long latency p99 s | preemptions | largest waiting queue per server |",
+            "|" + " --- |" * 10]
     for key, m in b.items():
         sh, lo = m["short"], m["long"]
         queue = " / ".join(f"{v:g}" for _, v in sorted(m["max_waiting"].items()))
         rows.append(f"| {key} priority | {sh['n']} ({sh['failed']}) | {sh.get('ttft_p50_s', '-')} | "
-                    f"{sh.get('ttft_p99_s', '-')} | {lo['n']} ({lo['failed']}) | {lo.get('latency_p50_s', '-')} | "
-                    f"{queue} |")
+                    f"{sh.get('ttft_p99_s', '-')} | {lo['n']} ({lo['failed']}) | {lo.get('per_s', '-')} | "
+                    f"{lo.get('latency_p50_s', '-')} | {lo.get('latency_p99_s', '-')} | {_num(m.get('preemptions'))} "
+                    f"| {queue} |")
     return rows
 
 

@@ -68,9 +68,11 @@ def test_summary_counts_failures_and_takes_quantiles_of_the_successful() -> None
 
 def test_a_report_renders_to_markdown_and_a_plot(tmp_path: Path) -> None:
     a_mode = {"n": 96, "failed": 0, "ttft_p50_s": 0.05, "ttft_p99_s": 0.2, "seconds": 10.0, "hit_rate": 0.5,
-              "per_server": {"a": 48, "b": 48}, "servers_per_prefix": {"1": 2, "2": 10}}
+              "per_server": {"a": 48, "b": 48}, "servers_per_prefix": {"1": 2, "2": 10},
+              "preemptions": 0.0}
     flood = {"short": {"n": 10, "failed": 0, "ttft_p50_s": 0.1, "ttft_p99_s": 0.5},
-             "long": {"n": 50, "failed": 0, "latency_p50_s": 1.0}, "max_waiting": {"a": 3.0, "b": 4.0}}
+             "long": {"n": 50, "failed": 0, "latency_p50_s": 1.0, "per_s": 2.5}, "max_waiting": {"a": 3.0, "b": 4.0},
+             "preemptions": 7.0, "seconds": 20.0}
     kill = kill_report([Record(9.0, 10.5, "a", None, None, "x: reset"), Record(21.0, 22.0, "b", None, 200)],
                        "a", "b", 0.0, 10.0, 18.0, 20.0, PROBE)
     report = {"settings": asdict(Settings()), "vllm": "0.32.0", "epp": "v1.5.0", "cpus": 2, "when": "now",
@@ -79,6 +81,7 @@ def test_a_report_renders_to_markdown_and_a_plot(tmp_path: Path) -> None:
               "phase_b": {"without": flood, "with": flood}, "phase_c": kill}
     text = markdown(report)
     assert "| picker | 96 (0) | 0.8 |" in text and "hit rate 1.60x" in text
+    assert "| with priority | 10 (0) | 0.1 | 0.5 | 50 (0) | 2.5 | 1.0 | - | 7 | 3 / 4 |" in text
     assert "| 2 | 1 | 1 (1) | 0 (0) | 0 | 8.0 | 10.0 | 0 (1) |" in text
     plot(report, tmp_path / "routing.png")
     assert (tmp_path / "routing.png").read_bytes()[:4] == b"\x89PNG"
