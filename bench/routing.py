@@ -22,10 +22,11 @@ Phases, one after the other on the same servers and picker:
 * **B, a flood of long requests**: ``flood_concurrency`` clients keep long prompts (``long_chars``, unique) of
   ``long_max_tokens`` tokens in flight through the picker, more than the servers run at once, so a queue forms;
   after ``flood_warmup_s`` a short client sends ``short_count`` short streamed requests at ``short_rate`` a second
-  (open loop). Twice: without classes (no objective header, no body priority: all 0), and with the classes of
+  (open loop). Without classes (no objective header, no body priority: all 0), and with the classes of
   docs/routing.md (short: ``x-gateway-inference-objective: qwen-tiny-interactive`` and vLLM priority -10, long:
-  ``qwen-tiny-batch`` and 0: the objectives' ``qwenfleet.io/vllm-priority`` annotations). Figures: the short
-  requests' TTFT p50/p99, the long ones' count and latency, the largest waiting queue seen.
+  ``qwen-tiny-batch`` and 0: the objectives' ``qwenfleet.io/vllm-priority`` annotations), ``flood_repeats``
+  times each, alternating. Figures: the short requests' TTFT p50/p99 per run and pooled, the long ones' count,
+  rate and latency, preemptions, and each server's waiting and running requests once a second.
 * **C, a replica killed mid-run**: ``kill_rate`` requests a second through the picker (open loop: a failed
   request does not bring the next one sooner, as with users); after ``kill_after_s`` one server's process group
   is SIGKILLed. The bench does the kubelet's part (KWOK does none): a pod whose server process has exited is
@@ -35,12 +36,14 @@ Phases, one after the other on the same servers and picker:
   dropped the pod, and the picks of the victim after that (the acceptance: none).
 
 Nothing here asserts a time; it measures. On 2 cores everything (two engines, etcd, apiserver, KWOK, picker, the
-clients) shares the machine, so absolute times are this machine's; the comparisons are within one run.
+clients) shares the machine, so absolute times are this machine's; the comparisons are within one run. Each
+server's processes are pinned to a CPU of their own (``pin_engines``; see ``pin_engines()`` for why).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -99,14 +102,16 @@ class Settings:
     long_chars: int = 840
     long_max_tokens: int = 64
     flood_warmup_s: float = 5.0
+    flood_repeats: int = 3
     short_rate: float = 4.0
-    short_count: int = 100
+    short_count: int = 80
     short_max_tokens: int = 8
     kill_rate: float = 8.0
     kill_max_tokens: int = 48
     kill_after_s: float = 8.0
     after_drop_s: float = 10.0
     seed: int = 17
+    pin_engines: int = 1  # 1: each server's processes on a CPU of their own, as a pod with its own CPU
 
 
 @dataclass
@@ -293,17 +298,25 @@ def phase_a(fleet: PickerFleet, s: Settings) -> dict[str, Any]:
     return out
 
 
-def _waiting(fleet: PickerFleet, stop: threading.Event, seen: dict[str, float]) -> None:
+def _queues(fleet: PickerFleet, stop: threading.Event, began: float, series: list[dict[str, Any]]) -> None:
+    """Each server's waiting and running requests, once a second."""
     while not stop.wait(1.0):
         for endpoint, server in fleet.servers.items():
             try:
-                waiting = server.metrics().get("vllm:num_requests_waiting", 0.0)
+                samples = server.metrics()
             except (OSError, RuntimeError):
                 continue
-            seen[endpoint] = max(seen.get(endpoint, 0.0), waiting)
+            series.append({"t": round(time.monotonic() - began, 1), "endpoint": endpoint,
+                           "waiting": samples.get("vllm:num_requests_waiting", 0.0),
+                           "running": samples.get("vllm:num_requests_running", 0.0)})
 
 
-def flood_run(fleet: PickerFleet, s: Settings, with_priority: bool, tag: str) -> dict[str, Any]:
+def _per_server(records: list[Record]) -> dict[str, int]:
+    return dict(sorted(Counter(r.endpoint for r in records if r.endpoint).items()))
+
+
+def flood_run(fleet: PickerFleet, s: Settings, with_priority: bool, tag: str
+              ) -> tuple[dict[str, Any], list[Record], list[Record]]:
     long_rng = random.Random(s.seed + 1)
     long_prompts = [f"[{tag} long {i}] " + filler(random.Random(long_rng.random()), s.long_chars) for i in range(2000)]
     long_headers = {OBJECTIVE_HEADER: f"{NAME}-batch"} if with_priority else None
@@ -321,11 +334,11 @@ def flood_run(fleet: PickerFleet, s: Settings, with_priority: bool, tag: str) ->
                               short_headers)
 
     stop, stop_sampler = threading.Event(), threading.Event()
-    waiting: dict[str, float] = {}
-    sampler = threading.Thread(target=_waiting, args=(fleet, stop_sampler, waiting), daemon=True)
-    sampler.start()
+    series: list[dict[str, Any]] = []
     before = counters(fleet.servers)
     began = time.monotonic()
+    sampler = threading.Thread(target=_queues, args=(fleet, stop_sampler, began, series), daemon=True)
+    sampler.start()
     longs, threads = flood(long_job, s.flood_concurrency, stop)
     time.sleep(s.flood_warmup_s)
     shorts = open_loop(short_job, s.short_rate, count=s.short_count)
@@ -336,18 +349,30 @@ def flood_run(fleet: PickerFleet, s: Settings, with_priority: bool, tag: str) ->
     stop_sampler.set()
     sampler.join()
     after = counters(fleet.servers)
-    return {"short": summary(shorts), "long": {**summary(longs), "per_s": round(len(longs) / seconds, 2)},
-            "max_waiting": waiting, "preemptions": delta(before, after, "vllm:num_preemptions_total"),
-            "seconds": round(seconds, 1)}
+    waiting = {e: max((x["waiting"] for x in series if x["endpoint"] == e), default=0.0) for e in fleet.servers}
+    result = {"classes": "with" if with_priority else "without",
+              "short": {**summary(shorts), "per_server": _per_server(shorts)},
+              "long": {**summary(longs), "per_s": round(len(longs) / seconds, 2), "per_server": _per_server(longs)},
+              "max_waiting": waiting, "preemptions": delta(before, after, "vllm:num_preemptions_total"),
+              "seconds": round(seconds, 1), "queue_series": series}
+    return result, shorts, longs
 
 
 def phase_b(fleet: PickerFleet, s: Settings) -> dict[str, Any]:
-    out = {}
-    for key, with_priority in (("without", False), ("with", True)):
-        out[key] = flood_run(fleet, s, with_priority, f"flood-{key}")
-        print("B", key, json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "records"} if isinstance(v, dict)
-                                    else v for k, v in out[key].items()}), flush=True)
-    return out
+    """``flood_repeats`` pairs, alternating without / with, so that neither condition always runs first or on
+    warmer caches; the short and long requests of each condition pooled as well."""
+    runs: list[dict[str, Any]] = []
+    pooled: dict[str, tuple[list[Record], list[Record], float]] = {"without": ([], [], 0.0), "with": ([], [], 0.0)}
+    for repeat in range(1, s.flood_repeats + 1):
+        for key, with_priority in (("without", False), ("with", True)):
+            result, shorts, longs = flood_run(fleet, s, with_priority, f"flood-{key}-{repeat}")
+            runs.append({"repeat": repeat, **result})
+            all_shorts, all_longs, seconds = pooled[key]
+            pooled[key] = (all_shorts + shorts, all_longs + longs, seconds + result["seconds"])
+            print("B", key, repeat, json.dumps({k: v for k, v in result.items() if k != "queue_series"}), flush=True)
+    return {"runs": runs, "pooled": {key: {"short": summary(shorts), "long": {**summary(longs),
+                                                                             "per_s": round(len(longs) / secs, 2)}}
+                                     for key, (shorts, longs, secs) in pooled.items()}}
 
 
 @dataclass
@@ -452,6 +477,22 @@ def kill_report(records: list[Record], victim: str, survivor: str, began: float,
     }
 
 
+def pin_engines(servers: list[EarlyRenderedServer]) -> dict[str, int]:
+    """Every thread of server i's processes (API server, engine core) onto CPU i, as each replica's pod would have
+    CPUs of its own. Unpinned, vLLM's automatic OMP binding puts both engines' compute threads on the same CPUs
+    of this machine, and they take turns."""
+    cpus = sorted(os.sched_getaffinity(0))
+    out = {}
+    for i, server in enumerate(servers):
+        cpu = cpus[i % len(cpus)]
+        for pid in server.group_pids():
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(int(task.name), {cpu})
+        out[f"{server.host}:{server.port}"] = cpu
+    return out
+
+
 def server_facts(fleet: PickerFleet) -> dict[str, Any]:
     server = next(iter(fleet.servers.values()))
     _, text = server.get("/metrics")
@@ -477,6 +518,7 @@ def run(s: Settings, tmp: Path) -> dict[str, Any]:
         cluster.start()
         fleet = start_picker_fleet(cluster, binaries.ensure_epp(), servers, children, tmp / "epp")
         facts = server_facts(fleet)
+        pinned = pin_engines(servers) if s.pin_engines else {}
         for i in range(4):  # the first requests warm each engine; not counted
             through_picker(fleet.gateway, chat(f"warm-up {i}", 4, stream=True))
         container = deployment["spec"]["template"]["spec"]["containers"][0]
@@ -486,7 +528,7 @@ def run(s: Settings, tmp: Path) -> dict[str, Any]:
         return {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "machine": platform.processor() or platform.machine(), "cpus": len(os.sched_getaffinity(0)),
                 "vllm": versions.VLLM, "epp": versions.GATEWAY_API_INFERENCE_EXTENSION, "server_argv": argv[1:],
-                "server_cache": facts, "settings": asdict(s),
+                "server_cache": facts, "settings": asdict(s), "engine_cpu": pinned,
                 "engine_start_s": [round(x.startup_seconds or 0.0, 1) for x in servers], **report}
     finally:
         if fleet is not None:

@@ -40,7 +40,8 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 
 def _short_ratio(b: dict[str, Any], q: str) -> str:
-    return _ratio(b["with"]["short"].get(f"ttft_{q}_s"), b["without"]["short"].get(f"ttft_{q}_s"))
+    pooled = b["pooled"]
+    return _ratio(pooled["with"]["short"].get(f"ttft_{q}_s"), pooled["without"]["short"].get(f"ttft_{q}_s"))
 
 
 def _table_a(a: dict[str, Any]) -> list[str]:
@@ -56,16 +57,21 @@ def _table_a(a: dict[str, Any]) -> list[str]:
 
 
 def _table_b(b: dict[str, Any]) -> list[str]:
-    rows = ["| classes | short n (failed) | short TTFT p50 s | short TTFT p99 s | long n (failed) | long per s | "
+    rows = ["| run | classes | short n (failed) | short TTFT p50 s | short TTFT p99 s | long n (failed) | long per s | "
             "long latency p50 s | long latency p99 s | preemptions | largest waiting queue per server |",
-            "|" + " --- |" * 10]
-    for key, m in b.items():
+            "|" + " --- |" * 11]
+    for m in b["runs"]:
         sh, lo = m["short"], m["long"]
         queue = " / ".join(f"{v:g}" for _, v in sorted(m["max_waiting"].items()))
-        rows.append(f"| {key} priority | {sh['n']} ({sh['failed']}) | {sh.get('ttft_p50_s', '-')} | "
+        rows.append(f"| {m['repeat']} | {m['classes']} | {sh['n']} ({sh['failed']}) | {sh.get('ttft_p50_s', '-')} | "
                     f"{sh.get('ttft_p99_s', '-')} | {lo['n']} ({lo['failed']}) | {lo.get('per_s', '-')} | "
                     f"{lo.get('latency_p50_s', '-')} | {lo.get('latency_p99_s', '-')} | {_num(m.get('preemptions'))} "
                     f"| {queue} |")
+    for key, m in b["pooled"].items():
+        sh, lo = m["short"], m["long"]
+        rows.append(f"| all | **{key}** | {sh['n']} ({sh['failed']}) | **{sh.get('ttft_p50_s', '-')}** | "
+                    f"**{sh.get('ttft_p99_s', '-')}** | {lo['n']} ({lo['failed']}) | {lo.get('per_s', '-')} | "
+                    f"{lo.get('latency_p50_s', '-')} | {lo.get('latency_p99_s', '-')} | | |")
     return rows
 
 
@@ -81,7 +87,9 @@ def markdown(r: dict[str, Any]) -> str:
         f"{cache.get('block_size')} tokens = {kv_tokens} tokens of KV cache each), the real picker (cmd/epp "
         f"{r['epp']}, rendered flags and config, scorers queue 2 / KV cache 2 / prefix 3) driven through ext-proc "
         "as a gateway does (tests/support/extproc.py), a local apiserver with KWOK pods at the servers' "
-        "addresses. Produced by `make bench-routing` (bench/routing.py); one run, same servers throughout.", "",
+        "addresses. Produced by `make bench-routing` (bench/routing.py); one run, same servers throughout. "
+        f"Each server's processes pinned to one CPU of their own ({r.get('engine_cpu') or 'not pinned'}): left "
+        "alone, vLLM's automatic OMP binding puts both engines' compute threads on the same CPU here.", "",
         "## A. Shared prefixes: prefix-cache hit rate and TTFT", "",
         f"Workload: {s['prefixes']} prefixes of {s['prefix_chars']} characters (one token each with the tiny "
         f"tokenizer; the 12 together need more KV cache than one server has, less than two), {s['per_prefix']} "
@@ -100,11 +108,13 @@ def markdown(r: dict[str, Any]) -> str:
         f"Workload: {s['flood_concurrency']} clients keep long requests in flight through the picker (prompts of "
         f"{s['long_chars']} characters, unique, {s['long_max_tokens']} output tokens, not streamed); after "
         f"{s['flood_warmup_s']} s, {s['short_count']} short streamed requests ({s['short_max_tokens']} tokens) at "
-        f"{s['short_rate']}/s (open loop). Without: no class (all priority 0, first come first served). With: "
+        f"{s['short_rate']}/s (open loop); {s['flood_repeats']} runs of each, alternating. Without: no class (all "
+        "priority 0, first come first served). With: "
         "short `x-gateway-inference-objective: qwen-tiny-interactive` (objective priority 10) and body priority "
         "-10, long `qwen-tiny-batch` (0) and 0 (the objectives' `qwenfleet.io/vllm-priority`).", "",
         *_table_b(b), "",
-        f"with / without: short TTFT p50 {_short_ratio(b, 'p50')}x, p99 {_short_ratio(b, 'p99')}x.", "",
+        f"Pooled over the runs, with / without: short TTFT p50 {_short_ratio(b, 'p50')}x, p99 "
+        f"{_short_ratio(b, 'p99')}x.", "",
         "## C. A replica killed mid-run", "",
         f"Workload: {s['kill_rate']} requests a second through the picker (open loop), {s['kill_max_tokens']} "
         f"output tokens, not streamed; after {s['kill_after_s']} s the process group of `{c['victim']}` (API "
@@ -146,12 +156,18 @@ def plot(r: dict[str, Any], path: Path) -> None:
     ax_a.set_title("A. shared prefixes")
     ax_a.legend(loc="upper left", fontsize=8)
     twin.legend(loc="upper right", fontsize=8)
-    keys = list(b)
-    for offset, q in ((-0.2, "p50"), (0.2, "p99")):
-        ax_b.bar([i + offset for i in range(len(keys))], [b[k]["short"].get(f"ttft_{q}_s", 0) * 1000 for k in keys],
-                 0.4, label=f"short TTFT {q}")
+    keys = list(b["pooled"])
+    for offset, q, color in ((-0.2, "p50", "tab:blue"), (0.2, "p99", "tab:orange")):
+        ax_b.bar([i + offset for i in range(len(keys))],
+                 [b["pooled"][k]["short"].get(f"ttft_{q}_s", 0) * 1000 for k in keys], 0.4, color=color,
+                 label=f"short TTFT {q}, pooled")
+        for i, k in enumerate(keys):
+            runs = [m["short"].get(f"ttft_{q}_s", 0) * 1000 for m in b["runs"] if m["classes"] == k]
+            ax_b.scatter([i + offset] * len(runs), runs, color="black", s=10, zorder=3,
+                         label="one run" if (i, q) == (0, "p50") else None)
     ax_b.set_xticks(range(len(keys)), [f"{k} priority" for k in keys])
-    ax_b.set_ylabel("ms")
+    ax_b.set_yscale("log")
+    ax_b.set_ylabel("ms (log)")
     ax_b.set_title("B. short requests under a long-request flood")
     ax_b.legend(fontsize=8)
     for endpoint, color, row in ((c["victim"], "tab:red", 1), (c["survivor"], "tab:blue", 0)):

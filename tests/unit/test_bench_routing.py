@@ -73,15 +73,19 @@ def test_a_report_renders_to_markdown_and_a_plot(tmp_path: Path) -> None:
     flood = {"short": {"n": 10, "failed": 0, "ttft_p50_s": 0.1, "ttft_p99_s": 0.5},
              "long": {"n": 50, "failed": 0, "latency_p50_s": 1.0, "per_s": 2.5}, "max_waiting": {"a": 3.0, "b": 4.0},
              "preemptions": 7.0, "seconds": 20.0}
+    phase_b = {"runs": [{"repeat": 1, "classes": "without", **flood}, {"repeat": 1, "classes": "with", **flood}],
+               "pooled": {"without": {"short": flood["short"], "long": flood["long"]},
+                          "with": {"short": {**flood["short"], "ttft_p99_s": 0.25}, "long": flood["long"]}}}
     kill = kill_report([Record(9.0, 10.5, "a", None, None, "x: reset"), Record(21.0, 22.0, "b", None, 200)],
                        "a", "b", 0.0, 10.0, 18.0, 20.0, PROBE)
     report = {"settings": asdict(Settings()), "vllm": "0.32.0", "epp": "v1.5.0", "cpus": 2, "when": "now",
               "server_cache": {"num_gpu_blocks": "48", "block_size": "128"},
               "phase_a": {"random": a_mode, "round-robin": a_mode, "picker": {**a_mode, "hit_rate": 0.8}},
-              "phase_b": {"without": flood, "with": flood}, "phase_c": kill}
+              "phase_b": phase_b, "phase_c": kill, "engine_cpu": {"a": 0, "b": 1}}
     text = markdown(report)
     assert "| picker | 96 (0) | 0.8 |" in text and "hit rate 1.60x" in text
-    assert "| with priority | 10 (0) | 0.1 | 0.5 | 50 (0) | 2.5 | 1.0 | - | 7 | 3 / 4 |" in text
+    assert "| 1 | with | 10 (0) | 0.1 | 0.5 | 50 (0) | 2.5 | 1.0 | - | 7 | 3 / 4 |" in text
+    assert "| all | **with** | 10 (0) | **0.1** | **0.25** |" in text and "p50 1.00x, p99 0.50x" in text
     assert "| 2 | 1 | 1 (1) | 0 (0) | 0 | 8.0 | 10.0 | 0 (1) |" in text
     plot(report, tmp_path / "routing.png")
     assert (tmp_path / "routing.png").read_bytes()[:4] == b"\x89PNG"
