@@ -53,8 +53,8 @@ setup: venv ## everything the tests need; the engine venv installs (network-boun
 run: setup ## demo: local cluster with a real node, CRD, operator, a tiny CPU fleet served by vLLM and its first answer (Ctrl-C stops all)
 	$(VENV)/bin/qwen-fleet run --real-node
 
-test: setup ## the whole suite: unit, integration, contract, e2e, chaos (fails if no test ran)
-	@set -o pipefail; rc=0; $(VENV)/bin/pytest -p no:cacheprovider --durations=30 -m "not real_fleet and not keda_controller and not real_picker" $(PYTEST_ARGS) tests || rc=$$?; \
+test: setup ## the whole suite: unit, integration, contract, e2e, chaos, the real-node fleet (fails if no test ran)
+	@set -o pipefail; rc=0; $(VENV)/bin/pytest -p no:cacheprovider --durations=30 -m "not keda_controller and not real_picker" $(PYTEST_ARGS) tests || rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: no tests ran" >&2; exit 1; fi; exit $$rc
 
 # --- pieces -------------------------------------------------------------------------------------------------
@@ -68,7 +68,7 @@ test-keda: setup ## the real KEDA operator and metrics apiserver (built first wh
 	hack/build-binaries.sh keda
 	$(VENV)/bin/pytest -p no:cacheprovider -m keda_controller tests/integration $(PYTEST_ARGS)
 
-test-real-fleet: setup ## a vLLM CPU fleet served on the real node (image import, probes, ClusterIP, EngineFailed, rollout)
+test-real-fleet: setup ## a vLLM CPU fleet on the real node: operator pod via helm, probes, ClusterIP, EngineFailed, rollout, NCCL preflight
 	$(VENV)/bin/pytest -p no:cacheprovider -m real_fleet tests/node $(PYTEST_ARGS)
 
 test-unit: venv ## fast tests, no cluster, no engine

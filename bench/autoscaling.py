@@ -329,7 +329,7 @@ class Scenario:
         time.sleep(seconds)
         return [s for s in self.rec.samples if s.t >= start]
 
-    def burst(self, clients: int = BURST_CLIENTS, hold_s: float = 10, timeout: float = 180) -> dict[str, Any]:
+    def burst(self, clients: int = BURST_CLIENTS, hold_s: float = 10, timeout: float = 420) -> dict[str, Any]:
         """Start the burst; return (load still on) once the fleet is at maxReplicas and the CR says why it
         stops there: the CR as it was at that moment."""
         self.phase = "burst"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -157,6 +158,7 @@ def run_demo(example: Path, keep: bool = True, real_node: bool = False) -> int:
     cluster: LocalCluster | None = None
     operator: subprocess.Popen[bytes] | None = None
     began = time.monotonic()
+    ok = False
     try:
         kubeconfig = None if real_node else _existing_cluster()  # a real node needs a cluster of our own
         if kubeconfig is None:
@@ -185,11 +187,13 @@ def run_demo(example: Path, keep: bool = True, real_node: bool = False) -> int:
             # pause(2) call is handled only by the next one. A short sleep in a loop never misses it.
             while True:
                 time.sleep(0.5)
+        ok = True
         return 0
     except DemoError as exc:
         print(f"qwen-fleet: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        ok = True
         return 0
     finally:
         if operator is not None and operator.poll() is None:
@@ -200,7 +204,11 @@ def run_demo(example: Path, keep: bool = True, real_node: bool = False) -> int:
                 operator.kill()
         if cluster is not None:
             cluster.stop()
-        say("stopped everything this run started")
+        if ok:
+            shutil.rmtree(workdir, ignore_errors=True)
+            say("stopped everything this run started")
+        else:  # the logs (operator, apiserver, kubelet) are what a failed run leaves to read
+            say(f"stopped everything this run started; its logs are in {workdir}")
 
 
 def _install_and_start_operator(kubectl: Kubectl, bins: binaries.Binaries, kubeconfig: Path, workdir: Path,

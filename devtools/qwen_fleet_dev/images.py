@@ -20,7 +20,7 @@ import os
 import stat
 import subprocess
 import tarfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -86,13 +86,32 @@ def _layer_tar(spec: ImageSpec) -> bytes:
     return buf.getvalue()
 
 
-def _image_config(layer_digests: Sequence[str], env: Sequence[str], entrypoint: Sequence[str] = (),
-                  cmd: Sequence[str] = ()) -> bytes:
+@dataclass(frozen=True)
+class RunConfig:
+    """What a container runs with, beyond ``Env``: the Dockerfile's ENTRYPOINT, CMD, USER, LABEL and EXPOSE.
+    Unset fields are left out of the image config (so an image without them keeps its digest)."""
+
+    entrypoint: Sequence[str] = ()
+    cmd: Sequence[str] = ()
+    user: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    exposed_ports: Sequence[str] = ()  # e.g. "8080/tcp"
+
+
+def _image_config(layer_digests: Sequence[str], env: Sequence[str], run: RunConfig | None = None) -> bytes:
+    run = run or RunConfig()
+    settings: dict[str, Any] = {"Env": list(env), "Entrypoint": list(run.entrypoint) or None,
+                                "Cmd": list(run.cmd) or None, "WorkingDir": "/"}
+    if run.user:
+        settings["User"] = run.user
+    if run.labels:
+        settings["Labels"] = dict(run.labels)
+    if run.exposed_ports:
+        settings["ExposedPorts"] = {port: {} for port in run.exposed_ports}
     config = {
         "architecture": "amd64",
         "os": "linux",
-        "config": {"Env": list(env), "Entrypoint": list(entrypoint) or None, "Cmd": list(cmd) or None,
-                   "WorkingDir": "/"},
+        "config": settings,
         "rootfs": {"type": "layers", "diff_ids": [f"sha256:{d}" for d in layer_digests]},
         "history": [{"created_by": "qwen-fleet devcluster/images.py"} for _ in layer_digests],
     }
@@ -103,7 +122,7 @@ def write_docker_archive(spec: ImageSpec, out: Path) -> str:
     """Write the image as a docker-archive tar; returns its image ID (the config digest)."""
     layer = _layer_tar(spec)
     layer_digest = hashlib.sha256(layer).hexdigest()
-    config_bytes = _image_config([layer_digest], [PATH_ENV], spec.entrypoint, spec.cmd)
+    config_bytes = _image_config([layer_digest], [PATH_ENV], RunConfig(spec.entrypoint, spec.cmd))
     config_digest = hashlib.sha256(config_bytes).hexdigest()
     manifest = [{"Config": f"{config_digest}.json", "RepoTags": [spec.tag],
                  "Layers": [f"{layer_digest}/layer.tar"]}]
@@ -218,7 +237,8 @@ def _add(tar: tarfile.TarFile, info: tarfile.TarInfo, content: Path | bytes | No
             tar.addfile(info, f)
 
 
-def write_archive_dir(tag: str, layers: Sequence[TreeLayer], env: Sequence[str], out: Path) -> str:
+def write_archive_dir(tag: str, layers: Sequence[TreeLayer], env: Sequence[str], out: Path,
+                      run: RunConfig | None = None) -> str:
     """Write a docker-archive, unpacked, into the directory ``out`` (``stream_archive`` tars it for
     ``ctr import``); returns the image ID. Layers are written under a temporary name, then renamed."""
     out.mkdir(parents=True, exist_ok=True)
@@ -229,7 +249,7 @@ def write_archive_dir(tag: str, layers: Sequence[TreeLayer], env: Sequence[str],
         (out / digest).mkdir(exist_ok=True)
         partial.rename(out / digest / "layer.tar")
         digests.append(digest)
-    config_bytes = _image_config(digests, env)
+    config_bytes = _image_config(digests, env, run)
     config_digest = hashlib.sha256(config_bytes).hexdigest()
     (out / f"{config_digest}.json").write_bytes(config_bytes)
     manifest: list[dict[str, Any]] = [{"Config": f"{config_digest}.json", "RepoTags": [tag],

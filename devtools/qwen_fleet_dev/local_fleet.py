@@ -39,10 +39,11 @@ def model_volume(namespace: str, model_dir: Path) -> list[dict[str, Any]]:
 
 
 def cpu_fleet(name: str, image: str, replicas: int = 1, extra_args: tuple[str, ...] = (),
-               max_model_len: int = 1024, cpu: str = "1",
-              model_name: str = "qwen-fleet/tiny-qwen2") -> dict[str, Any]:
-    """A CPU fleet of the model on the claim, on the real node (eager mode: the image carries no C compiler)."""
-    return {
+              max_model_len: int = 1024, cpu: str = "1",
+              model_name: str = "qwen-fleet/tiny-qwen2", nccl: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A CPU fleet of the model on the claim, on the real node (eager mode: the image carries no C compiler).
+    ``nccl`` is the spec's ``nccl`` (e.g. the preflight: gloo between 2 processes on device CPU)."""
+    fleet: dict[str, Any] = {
         "apiVersion": "qwenfleet.io/v1alpha1", "kind": "QwenInference", "metadata": {"name": name},
         "spec": {
             "model": {"name": model_name,
@@ -59,6 +60,9 @@ def cpu_fleet(name: str, image: str, replicas: int = 1, extra_args: tuple[str, .
             "scheduling": {"nodeSelector": {NODE_LABEL[0]: NODE_LABEL[1]}},
         },
     }
+    if nccl is not None:
+        fleet["spec"]["nccl"] = nccl
+    return fleet
 
 
 def apply(cluster: LocalCluster, namespace: str, obj: dict[str, Any] | list[dict[str, Any]]) -> None:

@@ -133,7 +133,7 @@ import json, os, signal, sys
 from pathlib import Path
 from qwen_fleet_dev.cluster import LocalCluster
 
-c = LocalCluster(node_pools=()).start()
+c = LocalCluster(workdir=Path(os.environ["CLUSTER_DIR"]), node_pools=()).start()
 Path(os.environ["PIDS_FILE"]).write_text(json.dumps(c.pids()))
 os.kill(os.getpid(), signal.SIGKILL)
 """
@@ -166,8 +166,10 @@ def test_a_killed_test_process_does_not_leak_processes(tmp_path: Path, cluster: 
     script = tmp_path / "killed.py"
     script.write_text(KILLED_SESSION)
     pids_file = tmp_path / "pids.json"
+    # The workdir under tmp_path: a SIGKILLed session cannot remove a temporary directory of its own.
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                            env={**_env(), "PIDS_FILE": str(pids_file)}, timeout=300)
+                            env={**_env(), "PIDS_FILE": str(pids_file), "CLUSTER_DIR": str(tmp_path / "c")},
+                            timeout=300)
     assert result.returncode == -9
     pids = list(json.loads(pids_file.read_text()).values())
     assert len(pids) == 5

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -88,6 +89,11 @@ def test_run_brings_an_example_to_ready_and_ctrl_c_stops_everything() -> None:
     assert code == 0
     rest = proc.stdout.read()
     assert "stopped everything this run started" in rest
+    # The cluster's directory (printed as `export KUBECONFIG=<workdir>/cluster/kubeconfig`) is gone with it.
+    (kubeconfig,) = re.findall(r"export KUBECONFIG=(\S+)", text)
+    workdir = Path(kubeconfig).parent.parent
+    assert workdir.name.startswith("qwen-fleet-run-"), kubeconfig
+    assert not workdir.exists(), sorted(str(p) for p in workdir.rglob("*"))[:20]
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and any(alive(p) for p in started):
         time.sleep(0.2)

@@ -35,8 +35,19 @@ from .tiny_qwen import vllm_python
 KV_CACHE_LINE = re.compile(r"(?P<pool>\w+) KV cache size: (?P<tokens>[\d,]+) tokens")
 CONCURRENCY_LINE = re.compile(r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: (?P<x>[\d.]+)x")
 DEFAULT_STARTUP_TIMEOUT_S = 900.0
+# The engine runs a few nice steps below everything else. In a cluster the control plane, the clients and
+# Prometheus do not share CPUs with a vLLM replica; on this 2-core machine they do, and a busy engine (its
+# worker's OpenMP threads on both cores) starved the apiserver, the HPA's metrics path and the load's own
+# clients for minutes in a full run (docs/vllm-contract.md, "Metrics under load"). Lower priority only matters
+# when the CPU is contended: the engine still takes every cycle nobody else wants.
+ENGINE_NICE = 5
 # Variables of the project venv that must not leak into the engine's interpreter.
 _DROP_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTEST_CURRENT_TEST", "PYTEST_ADDOPTS")
+
+
+def _engine_child() -> None:  # runs in the child between fork and exec
+    _die_with_parent()
+    os.nice(ENGINE_NICE)
 
 
 class VllmServer:
@@ -130,7 +141,7 @@ class VllmServer:
                 env=self.environment(),
                 cwd=self.log_path.parent,
                 start_new_session=True,  # one process group: the API server and its engine core
-                preexec_fn=_die_with_parent,  # prctl(PR_SET_PDEATHSIG) must run in the child
+                preexec_fn=_engine_child,  # prctl(PR_SET_PDEATHSIG) must run in the child
             )
         try:
             self._wait_ready()

@@ -42,6 +42,15 @@ def test_base_spec_is_valid() -> None:
     assert cr.spec.autoscaling.behavior.scale_down.stabilization_window_seconds == 600
 
 
+def test_a_cpu_fleet_may_run_the_preflight_and_a_one_gpu_fleet_may_not() -> None:
+    cpu = {"model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}, "device": "CPU",
+           "engine": {"image": "example.org/vllm-cpu:0.32.0"}, "nccl": {"preflight": {"enabled": True}}}
+    cr = QwenInference.model_validate(_resource(cpu))
+    assert cr.spec.nccl.preflight.max_small_message_latency_microseconds is None  # the render picks per device
+    with pytest.raises(ValidationError, match=r"nccl\.preflight needs at least 2 GPUs per replica"):
+        QwenInference.model_validate(_resource({**cpu, "device": "GPU", "engine": {}}))
+
+
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_examples_are_valid(path: Path) -> None:
     doc = yaml.safe_load(path.read_text())

@@ -124,6 +124,15 @@ def test_judge_fails_on_the_worst_small_size_with_the_topology_hint() -> None:
     )
 
 
+def test_judge_points_a_slow_gloo_run_at_the_cpu_not_at_a_fabric() -> None:
+    passed, message = judge(small_latency_us={8: 1557.1}, backend="gloo", env={"NCCL_P2P_DISABLE": "1"})
+    assert not passed
+    assert message == (
+        "all-reduce latency 1557.1 us at 8 B exceeds the 50 us limit: "
+        "gloo all-reduce over loopback in the pod: check the pod's CPU limit (throttling) and the node's load"
+    )
+
+
 def test_judge_fails_on_low_bus_bandwidth_and_reports_both_failures() -> None:
     passed, message = judge(small_latency_us={4096: 80.0}, bus_bandwidth=26.8)
     assert not passed
@@ -336,6 +345,12 @@ def test_preflight_command_is_accepted_by_the_script_parser() -> None:
     assert (opts.max_small_latency_us, opts.min_bus_bandwidth_gbps) == (50.0, 120.5)
     assert (opts.nproc, opts.warn_only, opts.output) == (4, True, "/dev/termination-log")
     assert opts.backend == "nccl"
+
+
+def test_a_gloo_command_names_its_backend_ranks_and_message_size() -> None:
+    cmd = preflight_command(max_small_latency_us=0, backend="gloo", nproc=2, large_bytes=16 * 2**20)
+    opts = script.build_parser().parse_args(cmd[2:])
+    assert (opts.backend, opts.nproc, opts.large_bytes, opts.max_small_latency_us) == ("gloo", 2, 16 * 2**20, 0.0)
 
 
 def test_script_defaults_fit_a_pod() -> None:

@@ -64,6 +64,49 @@ def test_preflight_init_container_has_the_servers_nccl_environment_and_gpus() ->
     assert "def main" in script and "torch" in script
 
 
+def _preflight_opts(init: dict[str, Any]) -> Any:
+    """The init container's arguments as the script itself reads them."""
+    from qwen_fleet.preflight import nccl_preflight
+
+    return nccl_preflight.build_parser().parse_args(init["args"])
+
+
+def test_a_gpu_preflight_without_a_latency_bar_gets_the_50_us_one() -> None:
+    (init,) = _pod(_render({**BASE, "parallelism": {"tensor": 2}, "nccl": {"preflight": {"enabled": True}}}))[
+        "initContainers"]
+    opts = _preflight_opts(init)
+    assert (opts.backend, opts.nproc, opts.max_small_latency_us) == ("nccl", 0, 50.0)  # nproc 0: one per GPU
+    assert opts.large_bytes == 256 * 2**20
+
+
+CPU_FLEET = {"model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}, "device": "CPU",
+             "engine": {"image": "example.org/vllm-cpu:0.32.0"}, "resources": {"cpu": "2", "memory": "4Gi"}}
+
+
+def test_a_cpu_preflight_runs_two_gloo_processes_with_the_servers_resources_and_no_latency_bar() -> None:
+    children = _render({**CPU_FLEET, "nccl": {"preflight": {"enabled": True}}})
+    pod = _pod(children)
+    (init,) = pod["initContainers"]
+    (server,) = pod["containers"]
+    opts = _preflight_opts(init)
+    assert (opts.backend, opts.nproc) == ("gloo", 2)
+    assert opts.max_small_latency_us == 0 and opts.min_bus_bandwidth_gbps == 0  # reported, not judged
+    assert opts.large_bytes == 16 * 2**20
+    assert opts.output == "/dev/termination-log"
+    assert (init["image"], init["resources"]) == (server["image"], server["resources"])
+    assert "nvidia.com/gpu" not in init["resources"]["requests"]
+    assert init["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert "nccl_preflight.py" in children["ConfigMap"]["data"]
+
+
+def test_a_cpu_preflight_judges_the_bars_the_spec_sets() -> None:
+    (init,) = _pod(_render({**CPU_FLEET, "nccl": {"preflight": {
+        "enabled": True, "maxSmallMessageLatencyMicroseconds": 2000, "minBusBandwidthGBps": 0.1}}}))[
+        "initContainers"]
+    opts = _preflight_opts(init)
+    assert (opts.backend, opts.max_small_latency_us, opts.min_bus_bandwidth_gbps) == ("gloo", 2000.0, 0.1)
+
+
 def test_single_gpu_default_shm_and_drain_timing() -> None:
     children = _render({**BASE, "engine": {"shutdownTimeoutSeconds": 45}, "rollout": {"preStopSeconds": 12}})
     pod = _pod(children)

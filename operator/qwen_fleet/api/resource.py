@@ -33,11 +33,11 @@ class QwenInferenceSpec(ApiModel, rules=[
          check=lambda s: not (s.replicas is not None and s.autoscaling.enabled),
          message="spec.replicas cannot be set while autoscaling is enabled: the autoscaler owns "
                  "the replica count (use autoscaling.minReplicas/maxReplicas)"),
-    Rule(cel="!self.nccl.preflight.enabled || "
+    Rule(cel="!self.nccl.preflight.enabled || self.device == 'CPU' || "
              "self.parallelism.tensor * self.parallelism.pipeline * self.parallelism.data >= 2",
-         check=lambda s: not s.nccl.preflight.enabled or s.parallelism.gpus_per_replica >= 2,
+         check=lambda s: not s.nccl.preflight.enabled or s.device == "CPU" or s.parallelism.gpus_per_replica >= 2,
          message="nccl.preflight needs at least 2 GPUs per replica (parallelism.tensor x pipeline x data "
-                 ">= 2)"),
+                 ">= 2) on device GPU; on device CPU it runs 2 gloo processes"),
     Rule(cel="self.device != 'CPU' || (self.parallelism.tensor * self.parallelism.pipeline * "
              "self.parallelism.data == 1 && self.parallelism.nodes == 1)",
          check=lambda s: s.device != "CPU" or (s.parallelism.gpus_per_replica == 1 and s.parallelism.nodes == 1),
@@ -194,7 +194,8 @@ class NcclGroupStatus(ApiModel):
         "every pod has reported.")
     message: str = Field(default="", description="The verdict in words, naming the pod it comes from.")
     gpus: int | None = Field(default=None, description="GPUs in the all-reduce, across the group's nodes.")
-    backend: str | None = Field(default=None, description="torch.distributed backend (nccl in pods).")
+    backend: str | None = Field(default=None, description="torch.distributed backend: nccl between GPUs, gloo "
+                                "on device CPU.")
     small_message_latency_microseconds: float | None = Field(default=None, description="Worst small-message "
                                                              "all-reduce latency across the group.")
     small_message_latency_bytes: int | None = Field(default=None, description="Message size of that worst "
@@ -213,7 +214,8 @@ class NcclStatus(ApiModel):
         default=None, description="passed, below-threshold, or error (the check could not run).")
     message: str = Field(default="", description="Result in words.")
     gpus: int | None = Field(default=None, description="GPUs in the all-reduce.")
-    backend: str | None = Field(default=None, description="torch.distributed backend (nccl in pods).")
+    backend: str | None = Field(default=None, description="torch.distributed backend: nccl between GPUs, gloo "
+                                "on device CPU.")
     small_message_latency_microseconds: float | None = Field(default=None, description="Worst small-message "
                                                              "(8 B to 64 KiB) all-reduce latency.")
     small_message_latency_bytes: int | None = Field(default=None, description="Message size of that worst "

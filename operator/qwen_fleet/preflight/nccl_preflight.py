@@ -50,6 +50,9 @@ DEFAULT_SMALL_SIZES = tuple(2**k for k in range(3, 17))  # 8 B .. 64 KiB
 DEFAULT_LARGE_BYTES = 256 * 2**20
 DEFAULT_MAX_SMALL_LATENCY_US = 50.0  # the seed documents' bar for small-message all-reduce
 TOPOLOGY_HINT = "check NVLink/PCIe topology (nvidia-smi topo -m)"
+# gloo between processes of one pod (device CPU): the data goes through loopback TCP, so a slow result is the
+# CPU's, not a fabric's.
+CPU_HINT = "gloo all-reduce over loopback in the pod: check the pod's CPU limit (throttling) and the node's load"
 FABRIC_HINT = (  # a group spanning nodes: the slow link is most often the one between them
     "check the inter-node fabric (ibstat on each node, NCCL_IB_HCA, NCCL_SOCKET_IFNAME; NCCL_DEBUG=INFO names "
     "the transport NCCL chose) and NVLink/PCIe within each node (nvidia-smi topo -m)"
@@ -102,6 +105,7 @@ def judge(
     min_bus_bandwidth_gbps: float | None,
     env: Mapping[str, str] | None = None,
     nodes: int = 1,
+    backend: str = "nccl",
 ) -> tuple[bool, str]:
     """Compare measurements with thresholds; return (passed, one-line message).
 
@@ -140,6 +144,8 @@ def judge(
             limit = f" (minimum {bandwidth_min:g} GB/s)" if bandwidth_min else ""
             notes.append(f"bus bandwidth {bus_bandwidth:.1f} GB/s at {size}{limit}")
     if failures:
+        if backend == "gloo" and nodes == 1:
+            return False, "; ".join(failures) + f": {CPU_HINT}"
         hint = FABRIC_HINT if nodes > 1 else TOPOLOGY_HINT
         return False, "; ".join(failures) + f": {hint}{_p2p_hint(env)}"
     where = f"{ranks} ranks on {nodes} nodes" if nodes > 1 else f"{ranks} ranks"
@@ -586,6 +592,7 @@ def run(opts: argparse.Namespace) -> dict[str, Any]:
         min_bus_bandwidth_gbps=opts.min_bus_bandwidth_gbps,
         env=report["env"],
         nodes=opts.nnodes,
+        backend=opts.backend,
     )
     report.update(passed=passed, outcome="passed" if passed else "below-threshold", message=message)
     return report

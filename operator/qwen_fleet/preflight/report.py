@@ -209,12 +209,15 @@ def preflight_command(
     max_small_latency_us: float = DEFAULT_MAX_SMALL_LATENCY_US,
     min_bus_bandwidth_gbps: float = 0.0,
     nproc: int | None = None,
+    backend: str = "nccl",
+    large_bytes: int | None = None,
     warn_only: bool = False,
     script_path: str = SCRIPT_MOUNT_PATH,
     output: str = TERMINATION_LOG,
     group: GroupRendezvous | None = None,
 ) -> list[str]:
-    """The init container's command line; the script's defaults (nccl, one rank per GPU) fit a pod.
+    """The init container's command line; the script's defaults (nccl, one rank per GPU) fit a GPU pod.
+    ``backend="gloo"`` runs it on CPU tensors (``nproc`` processes); ``large_bytes`` sets the bandwidth message.
 
     With ``group`` every pod of a multi-node group runs it, and their ranks form one all-reduce.
     """
@@ -225,8 +228,12 @@ def preflight_command(
         f"--min-bus-bandwidth-gbps={min_bus_bandwidth_gbps:g}",
         f"--output={output}",
     ]
+    if backend != "nccl":
+        cmd.append(f"--backend={backend}")
     if nproc:
         cmd.append(f"--nproc={nproc}")
+    if large_bytes is not None:
+        cmd.append(f"--large-bytes={large_bytes}")
     if warn_only:
         cmd.append("--warn-only")
     if group is not None:

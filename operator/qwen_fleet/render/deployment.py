@@ -171,10 +171,28 @@ def _volumes(cr: QwenInference, plan: Plan) -> tuple[list[dict[str, Any]], list[
     return volumes, mounts
 
 
+# The preflight's latency bar when the spec sets none: the seeds' 50 us for NCCL between GPUs; on device CPU none
+# (0 turns it off): a gloo all-reduce between two processes goes through loopback TCP and takes tens of
+# microseconds to milliseconds, depending on the CPU and its load, not on any fabric.
+DEFAULT_PREFLIGHT_LATENCY_US = {"GPU": 50.0, "CPU": 0.0}
+# Device CPU: two gloo processes (the smallest all-reduce with a peer), and a 16 MiB bandwidth message instead
+# of 256 MiB: a CPU moves well under 1 GB/s through gloo, so 256 MiB would add minutes for a figure not judged
+# unless minBusBandwidthGBps is set.
+CPU_PREFLIGHT_RANKS = 2
+CPU_PREFLIGHT_LARGE_BYTES = 16 * 2**20
+
+
 def _preflight_container(cr: QwenInference, plan: Plan, resources: dict[str, Any]) -> dict[str, Any]:
     check = cr.spec.nccl.preflight
-    command = preflight_command(max_small_latency_us=check.max_small_message_latency_microseconds,
-                                min_bus_bandwidth_gbps=check.min_bus_bandwidth_g_bps)
+    latency = check.max_small_message_latency_microseconds
+    cpu = cr.spec.device == "CPU"
+    command = preflight_command(
+        max_small_latency_us=DEFAULT_PREFLIGHT_LATENCY_US[cr.spec.device] if latency is None else latency,
+        min_bus_bandwidth_gbps=check.min_bus_bandwidth_g_bps,
+        backend="gloo" if cpu else "nccl",
+        nproc=CPU_PREFLIGHT_RANKS if cpu else None,
+        large_bytes=CPU_PREFLIGHT_LARGE_BYTES if cpu else None,
+    )
     return {
         "name": PREFLIGHT_CONTAINER,
         "image": plan.image,
