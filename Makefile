@@ -87,7 +87,7 @@ test-contract: venv vllm-venv ## against the real vLLM engine on CPU
 test-e2e: setup ## end to end: cluster + operator + metrics + engine
 	$(VENV)/bin/pytest -p no:cacheprovider tests/e2e $(PYTEST_ARGS)
 
-.PHONY: generate vllm-flags lint kube-schemas validate-manifests bench bench-keda bench-serving bench-batch cluster-up cluster-down
+.PHONY: generate vllm-flags lint kube-schemas validate-manifests bench bench-keda bench-serving bench-batch bench-routing cluster-up cluster-down
 vllm-flags: vllm-venv ## regenerate vLLM's flag table (engine.extraArgs is checked against it) from its parser
 	VLLM_TARGET_DEVICE=cpu "$$(hack/vllm-venv.sh)" hack/vllm-flags.py > operator/qwen_fleet/catalog/vllm_flags.json.tmp
 	mv operator/qwen_fleet/catalog/vllm_flags.json.tmp operator/qwen_fleet/catalog/vllm_flags.json
@@ -128,6 +128,10 @@ bench-serving: venv vllm-venv ## serving sweep (vllm bench serve) on the tiny mo
 BENCH_BATCH_ARGS ?=
 bench-batch: venv vllm-venv ## interactive TTFT during a QwenBatch (priority 10 vs 0) on one tiny CPU engine, ~10 min; bench/results/batch-priority.{md,json}
 	$(PY) -m bench.batch_priority $(BENCH_BATCH_ARGS)
+
+BENCH_ROUTING_ARGS ?=
+bench-routing: venv vllm-venv ## the real endpoint picker vs a plain Service on two tiny CPU engines: prefix-cache hit rate and TTFT, short TTFT under a long flood with and without priority, a replica killed mid-run; ~6 min; bench/results/routing.{md,json,png}
+	$(PY) -m bench.routing $(BENCH_ROUTING_ARGS)
 
 cluster-up: venv binaries ## start a local control plane in .dev/cluster (export KUBECONFIG as printed)
 	$(VENV)/bin/qwen-fleet dev up --dir .dev/cluster

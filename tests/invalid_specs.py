@@ -38,6 +38,10 @@ def _rule(id: str, spec: dict[str, Any], message: str) -> Case:
     return Case(id, spec, message, message)
 
 
+def _pool(name: str, bound: int, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "maxRequestTokens": bound, **extra}
+
+
 def _unknown_flag(token: str, hint: str) -> Case:
     """A flag vLLM 0.32 does not have, or an abbreviation: refused at apply, naming the flag meant."""
     key = "--" + token[2:].split("=", maxsplit=1)[0].replace("_", "-") if token.startswith("--") else token
@@ -339,4 +343,48 @@ CASES: list[Case] = [
          "spec.routing.priorityClasses[0].name: Invalid value", "String should match pattern"),
     Case("routing-class-priority-too-high", {"routing": {"priorityClasses": [{"name": "a", "priority": 2000000}]}},
          "spec.routing.priorityClasses[0].priority: Invalid value: 2000000", "less than or equal to 1000000"),
+    # spec.pools (api/pools.py): length-aware pools.
+    _rule("pools-unordered-bounds", {"routing": {}, "pools": [_pool("long", 32768), _pool("short", 4096)]},
+          "pools must be listed from the shortest to the longest, each maxRequestTokens above the one before"),
+    _rule("pools-overlapping-bounds", {"routing": {}, "pools": [_pool("a", 4096), _pool("b", 4096)]},
+          "pools must be listed from the shortest to the longest, each maxRequestTokens above the one before"),
+    _rule("pools-max-model-len-below-bound",
+          {"routing": {}, "pools": [_pool("short", 4096, engine={"maxModelLen": 2048}), _pool("long", 32768)]},
+          "pools[].engine.maxModelLen must be at least the pool's maxRequestTokens"),
+    _rule("pools-names-repeat", {"routing": {}, "pools": [_pool("a", 4096), _pool("a", 32768)]},
+          "pools[].name must be unique"),
+    _rule("pools-with-replicas", {"replicas": 3, "routing": {}, "pools": [_pool("a", 4096), _pool("b", 32768)]},
+          "spec.replicas cannot be set with pools: set pools[].replicas"),
+    _rule("pools-with-autoscaling", {"autoscaling": {"enabled": True, "maxReplicas": 4}, "routing": {},
+                                     "pools": [_pool("a", 4096), _pool("b", 32768)]},
+          "autoscaling is not supported with pools yet"),
+    _rule("pools-multi-node", {"parallelism": {"tensor": 8, "nodes": 2}, "routing": {},
+                               "pools": [_pool("a", 4096), _pool("b", 32768)]},
+          "pools need single-node replicas (parallelism.nodes 1)"),
+    _rule("pools-with-engine-max-model-len", {"engine": {"maxModelLen": 8192}, "routing": {},
+                                              "pools": [_pool("a", 4096), _pool("b", 32768)]},
+          "engine.maxModelLen cannot be set with pools: each pool has its own"),
+    _rule("pools-without-routing", {"pools": [_pool("a", 4096), _pool("b", 32768)]},
+          "pools need spec.routing"),
+    _rule("pools-default-pool-unknown", {"routing": {"defaultPool": "medium"},
+                                         "pools": [_pool("a", 4096), _pool("b", 32768)]},
+          "routing.defaultPool must name one of spec.pools"),
+    _rule("pools-default-pool-without-pools", {"routing": {"defaultPool": "a"}},
+          "routing.defaultPool must name one of spec.pools"),
+    _rule("pools-batched-below-seqs",
+          {"routing": {}, "pools": [_pool("a", 4096, engine={"maxNumSeqs": 256, "maxNumBatchedTokens": 128}),
+                                    _pool("b", 32768)]},
+          "pools[].engine.maxNumBatchedTokens must be at least maxNumSeqs"),
+    _rule("pools-header-of-the-inference-extension",
+          {"routing": {"poolHeader": "x-gateway-inference-objective"}, "pools": [_pool("a", 4096), _pool("b", 32768)]},
+          "routing.poolHeader must not start with x-gateway-"),
+    Case("pools-names-too-long-for-the-picker", {"routing": {}, "pools": [_pool("shortest", 4096), _pool("l", 32768)]},
+         "metadata.name and a pool's name together must be at most 58 characters",
+         "metadata.name and a pool's name together must be at most 58 characters", name="q" * 52),
+    Case("pools-only-one", {"routing": {}, "pools": [_pool("a", 4096)]}, "spec.pools", "at least 2 items"),
+    Case("pools-name-not-dns", {"routing": {}, "pools": [_pool("Short", 4096), _pool("long", 32768)]},
+         "spec.pools[0].name: Invalid value", "String should match pattern"),
+    Case("pools-header-upper-case", {"routing": {"poolHeader": "X-Pool"}, "pools": [_pool("a", 4096),
+                                                                                    _pool("b", 32768)]},
+         "spec.routing.poolHeader: Invalid value", "String should match pattern"),
 ]

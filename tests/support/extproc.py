@@ -9,7 +9,9 @@ test/integration/util.go, sends the same two messages):
 2. the picker answers with a header mutation that sets ``x-gateway-destination-endpoint`` to ``ip:port`` (also
    in the dynamic metadata ``envoy.lb``; pkg/epp/handlers/request.go), then the body to send, streamed;
 3. the gateway sends that body to that endpoint, and passes the response's headers and body back through the
-   stream (the picker's plugins see the response; pkg/epp/handlers/server.go), then ends the stream.
+   stream (the picker's plugins see the response; pkg/epp/handlers/server.go), then ends the stream. A streamed
+   response (``"stream": true``, server-sent events) is read to its end first, the time of its first chunk with
+   a choice noted (``Exchange.ttft``, from the start of the exchange), then handed back whole.
 
 The picker serves ext-proc over TLS with a self-signed certificate that names no host (``--secure-serving``,
 its default; internal/tls/tls.go). Envoy's upstream TLS without a validation context does not verify it;
@@ -22,10 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import json
 import queue
 import ssl
 import threading
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -107,8 +111,17 @@ class Exchange:
     endpoint: str  # the x-gateway-destination-endpoint header the picker set
     metadata_endpoint: str  # the same, from the dynamic metadata envoy.lb
     status: int  # what the endpoint answered
-    reply: Any  # the response body as the picker handed it back (JSON)
+    reply: Any  # the response body as the picker handed it back (JSON; a streamed one: its chunks' JSON)
     headers_set: dict[str, str] = field(default_factory=dict)
+    ttft: float | None = None  # streamed: seconds from the first ext-proc message to the first chunk with a choice
+
+
+class UpstreamError(RuntimeError):
+    """The endpoint the picker chose could not be reached or broke off (a gateway would answer 502/503)."""
+
+    def __init__(self, endpoint: str, error: BaseException) -> None:
+        super().__init__(f"{endpoint}: {type(error).__name__}: {error}")
+        self.endpoint = endpoint
 
 
 class PickerError(RuntimeError):
@@ -172,6 +185,7 @@ class Gateway:
         request_headers = {":method": "POST", ":path": path, ":authority": "inference-gateway",
                            ":scheme": "http", "content-type": "application/json",
                            "content-length": str(len(raw)), "x-request-id": str(uuid.uuid4()), **(headers or {})}
+        started = time.monotonic()
         stream = _Stream(self.stub, self.timeout)
         try:
             stream.send(pb.ProcessingRequest(request_headers=_headers(request_headers, end_of_stream=False)))
@@ -185,7 +199,10 @@ class Gateway:
             metadata_endpoint = lb.fields[DESTINATION].string_value
             forwarded = _streamed_body(stream, "request_body")
             endpoint = headers_set[DESTINATION]
-            status, reply_headers, reply = _forward(endpoint, path, forwarded, self.timeout)
+            try:
+                status, reply_headers, reply, first = forward(endpoint, path, forwarded, self.timeout)
+            except (OSError, http.client.HTTPException) as err:  # refused, reset, cut short: a gateway's 5xx
+                raise UpstreamError(endpoint, err) from err
             stream.send(pb.ProcessingRequest(response_headers=_headers(
                 {":status": str(status), **reply_headers}, end_of_stream=False)))
             stream.send(pb.ProcessingRequest(response_body=pb.HttpBody(body=reply, end_of_stream=True)))
@@ -193,16 +210,42 @@ class Gateway:
             handed_back = _streamed_body(stream, "response_body")
         finally:
             stream.close()
-        return Exchange(endpoint, metadata_endpoint, status, json.loads(handed_back), headers_set)
+        streamed = reply_headers.get("content-type", "").startswith("text/event-stream")
+        reply_body = events(handed_back) if streamed else json.loads(handed_back)
+        return Exchange(endpoint, metadata_endpoint, status, reply_body, headers_set,
+                        None if first is None else first - started)
 
 
-def _forward(endpoint: str, path: str, body: bytes, timeout: float) -> tuple[int, dict[str, str], bytes]:
-    """The upstream request, to the address the picker chose (one endpoint: the default profile picks one)."""
+def events(body: bytes) -> list[Any]:
+    """The JSON of each ``data:`` event of a server-sent-events body (``[DONE]`` left out)."""
+    lines = (line.strip() for line in body.decode("utf-8", "replace").splitlines())
+    return [json.loads(line[5:]) for line in lines if line.startswith("data:") and line != "data: [DONE]"]
+
+
+def first_choice(line: bytes) -> bool:
+    """Whether a server-sent-events line is a chunk that carries a choice: vLLM sends the first (the role) once
+    the first token exists (bench/ttft_probe.py says why this, not the first content)."""
+    text = line.decode("utf-8", "replace").strip()
+    return text.startswith("data:") and text != "data: [DONE]" and bool(json.loads(text[5:]).get("choices"))
+
+
+def forward(endpoint: str, path: str, body: bytes, timeout: float
+             ) -> tuple[int, dict[str, str], bytes, float | None]:
+    """The upstream request, to the address the picker chose (one endpoint: the default profile picks one);
+    with the time (monotonic) of a streamed response's first chunk with a choice."""
     assert "," not in endpoint, f"the picker named several endpoints: {endpoint}"
     request = urllib.request.Request(f"http://{endpoint}{path}", data=body, method="POST",
                                      headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as resp:
-            return int(resp.status), {k.lower(): v for k, v in resp.headers.items()}, resp.read()
+            headers = {k.lower(): v for k, v in resp.headers.items()}
+            if not headers.get("content-type", "").startswith("text/event-stream"):
+                return int(resp.status), headers, resp.read(), None
+            lines, first = [], None
+            for line in resp:
+                lines.append(line)
+                if first is None and first_choice(line):
+                    first = time.monotonic()
+            return int(resp.status), headers, b"".join(lines), first
     except urllib.error.HTTPError as err:
-        return err.code, {k.lower(): v for k, v in err.headers.items()}, err.read()
+        return err.code, {k.lower(): v for k, v in err.headers.items()}, err.read(), None

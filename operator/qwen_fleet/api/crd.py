@@ -14,6 +14,7 @@ import yaml
 from qwen_fleet.api import batch as b
 from qwen_fleet.api import resource as r
 from qwen_fleet.api.base import ApiModel
+from qwen_fleet.api.pools import POOLS_SWITCH_CEL, POOLS_SWITCH_MESSAGE
 
 _DROP_KEYS = {"title", "additionalProperties", "$defs"}
 # kind -> (the resource, its spec, its status)
@@ -147,6 +148,9 @@ def spec_schema(kind: str = r.KIND) -> dict[str, Any]:
         # A transition rule, so the apiserver's alone (pydantic sees one object, never the old one).
         spec.setdefault("x-kubernetes-validations", []).append(
             {"rule": "self == oldSelf", "message": b.IMMUTABLE_SPEC_MESSAGE})
+    else:  # likewise a transition rule: pools cannot be switched on or off (api/pools.py says why)
+        spec.setdefault("x-kubernetes-validations", []).append(
+            {"rule": POOLS_SWITCH_CEL, "message": POOLS_SWITCH_MESSAGE})
     _apply_factory_defaults(spec_model, spec)
     _apply_factory_defaults(status_model, status)
     root["required"] = ["spec"]

@@ -9,6 +9,7 @@ from pydantic import Field
 from qwen_fleet.api.base import ApiModel, NamedObject, Rule
 from qwen_fleet.api.engine import EngineSpec, ModelSpec
 from qwen_fleet.api.fleet import GpuSpec, NcclSpec, Parallelism, Resources, Scheduling, ServiceSpec
+from qwen_fleet.api.pools import MAX_POOLS, POOL_SPEC_RULES, Pool
 from qwen_fleet.api.routing import RoutingSpec
 from qwen_fleet.api.scaling import Autoscaling, Monitoring, Rollout
 from qwen_fleet.api.serving import ServingSpec, ServingStatus
@@ -70,6 +71,7 @@ class QwenInferenceSpec(ApiModel, rules=[
          or s.routing.scorers.prefix_cache == 0,
          message="routing.scorers.prefixCache must be 0 with engine.enablePrefixCaching: false: the endpoint picker "
                  "would send requests after prefix hits vLLM does not have"),
+    *POOL_SPEC_RULES,
 ]):
     """Desired state of a vLLM fleet serving one Qwen model."""
 
@@ -101,6 +103,12 @@ class QwenInferenceSpec(ApiModel, rules=[
                                         "Extension's endpoint picker, an HTTPRoute to a named Gateway, request "
                                         "priority classes. Needs the InferencePool CRD (and HTTPRoute's with a "
                                         "gateway, InferenceObjective's with priorityClasses).")
+    pools: list[Pool] = Field(default_factory=list, min_length=2, max_length=MAX_POOLS, description="Length-aware "
+                              "pools (opt-in; needs routing): one endpoint over several Deployments of this model, "
+                              "<fleet>-<pool>, each for requests up to its maxRequestTokens, with its own "
+                              "maxModelLen, maxNumSeqs and replicas. Listed from the shortest to the longest. The "
+                              "HTTPRoute sends a request to the pool named in its routing.poolHeader header, else "
+                              "to routing.defaultPool. Cannot be added to or removed from an existing resource.")
 
     @property
     def gpus_per_replica(self) -> int:
@@ -233,6 +241,24 @@ class PrefetchStatus(ApiModel):
     message: str | None = Field(default=None, description="The Job's message.")
 
 
+class PoolStatus(ApiModel):
+    """One length-aware pool (spec.pools): its bounds, where it is reached, and its Deployment's counts."""
+
+    name: str = Field(description="The pool.")
+    max_request_tokens: int = Field(description="The longest request (prompt plus max_tokens) it is for.")
+    max_model_len: int = Field(description="Its vLLM --max-model-len.")
+    header: str | None = Field(default=None, description="What selects it: the request header and value the "
+                               "HTTPRoute matches, e.g. 'x-qwen-pool: long'.")
+    default: bool = Field(default=False, description="Whether requests without the header go here.")
+    deployment: str = Field(description="Its Deployment.")
+    inference_pool: str | None = Field(default=None, description="Its InferencePool (and endpoint picker, "
+                                       "<inferencePool>-epp).")
+    replicas: int = Field(default=0, description="Pods of the pool.")
+    ready_replicas: int = Field(default=0, description="Pods ready to serve.")
+    max_concurrent_sequences: float | None = Field(default=None, description="Sequences of maxModelLen that "
+                                                   "fit in one replica's KV cache (planner).")
+
+
 class QwenInferenceStatus(ApiModel):
     """Observed state. Conditions follow kstatus: Ready, Reconciling, Stalled."""
 
@@ -261,6 +287,8 @@ class QwenInferenceStatus(ApiModel):
     prefetch: PrefetchStatus | None = Field(default=None, description="The model prefetch Job; while it has "
                                             "not succeeded the fleet waits (Ready False, reason "
                                             "ModelPrefetching, or Stalled with ModelPrefetchFailed).")
+    pools: list[PoolStatus] | None = Field(default=None, description="Length-aware pools (spec.pools), shortest "
+                                           "first: the replica counts above are their sums.")
 
 
 NAME_RULE = Rule(
@@ -283,7 +311,16 @@ def _dns1035(name: str) -> bool:
     return bool(re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name))  # not match: `$` allows a trailing newline
 
 
-class QwenInference(NamedObject, ApiModel, rules=[NAME_RULE, NAME_FORMAT_RULE]):
+# <fleet>-<pool>-epp names the pool's endpoint picker Service: a DNS-1035 label of at most 63 characters.
+POOL_NAME_RULE = Rule(
+    cel="!has(self.spec.pools) || self.spec.pools.all(p, size(self.metadata.name) + size(p.name) <= 58)",
+    check=lambda r: all(len(r.metadata.get("name", "")) + len(p.name) <= 58 for p in r.spec.pools),
+    message="metadata.name and a pool's name together must be at most 58 characters: <name>-<pool>-epp names "
+            "the pool's endpoint picker Service (63 at most)",
+)
+
+
+class QwenInference(NamedObject, ApiModel, rules=[NAME_RULE, NAME_FORMAT_RULE, POOL_NAME_RULE]):
     """A fleet of vLLM servers for one Qwen model, with its Service and autoscaler."""
 
     api_version: Literal["qwenfleet.io/v1alpha1"] = Field(default="qwenfleet.io/v1alpha1", alias="apiVersion",

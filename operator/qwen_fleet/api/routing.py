@@ -19,6 +19,10 @@ from qwen_fleet.api.base import DNS_LABEL, DNS_SUBDOMAIN, IMAGE, ApiModel, Quant
 GATEWAY_DURATION = r"^([0-9]{1,5}(h|m|s|ms)){1,4}$"
 # Inference Extension priorities are plain integers; a bound keeps the negated vLLM value well inside int32.
 MAX_CLASS_PRIORITY = 1_000_000
+# spec.pools: the header a client names its pool in. Lower-case letters, digits and '-' (HTTP/2 sends header
+# names in lower case; Gateway API matches them case-insensitively); not one the Inference Extension reads.
+POOL_HEADER = "x-qwen-pool"
+HEADER_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
 def vllm_priority(objective_priority: int) -> int:
@@ -96,6 +100,11 @@ class RoutingSpec(ApiModel, rules=[Rule(
         "self.priorityClasses.all(a, self.priorityClasses.exists_one(b, b.name == a.name))",
     check=lambda r: len({c.name for c in r.priority_classes}) == len(r.priority_classes),
     message="routing.priorityClasses names must be unique",
+), Rule(
+    cel="!self.poolHeader.startsWith('x-gateway-')",
+    check=lambda r: not r.pool_header.startswith("x-gateway-"),
+    message="routing.poolHeader must not start with x-gateway-: the Inference Extension reads and writes those "
+            "headers (x-gateway-inference-objective, x-gateway-destination-endpoint)",
 )]):
     """Inference-aware routing through the Gateway API Inference Extension (v1.5.0)."""
 
@@ -108,3 +117,11 @@ class RoutingSpec(ApiModel, rules=[Rule(
                                                   "classes (e.g. interactive 10, batch 0; a negative priority is "
                                                   "shed by the picker when the pool is saturated). Non-empty "
                                                   "turns on vLLM's --scheduling-policy priority.")
+    pool_header: str = Field(default=POOL_HEADER, min_length=1, max_length=64, pattern=HEADER_NAME,
+                             description="With spec.pools: the request header whose value names the pool a "
+                             "request goes to (the HTTPRoute matches it exactly, Gateway API core). A client picks "
+                             "the first pool whose maxRequestTokens holds its prompt plus max_tokens "
+                             "(status.pools lists them).")
+    default_pool: str | None = Field(default=None, min_length=1, max_length=12, pattern=DNS_LABEL,
+                                     description="With spec.pools: where a request without the pool header goes. "
+                                     "Default: the last (longest) pool, the only one every request fits.")

@@ -7,17 +7,21 @@ the checks only the operator can make (the model fits the GPU, tensor size divid
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
+from pydantic import ValidationError
+
 from qwen_fleet.api import QwenInference, QwenInferenceSpec
+from qwen_fleet.api.messages import validation_message
+from qwen_fleet.api.pools import Pool, pool_engine
 from qwen_fleet.api.resource import CapacityStatus
 from qwen_fleet.config import OperatorConfig
 from qwen_fleet.plan import quantities as q
 from qwen_fleet.plan.capacity import Problem  # a reason the spec cannot be served: Stalled's reason/message
 from qwen_fleet.plan.serving import ServingPlan, plan_serving
 
-__all__ = ["HF_HOME", "MODEL_MOUNT", "Plan", "Problem", "default_shm_bytes", "make_plan"]
+__all__ = ["HF_HOME", "MODEL_MOUNT", "Plan", "PoolPlan", "Problem", "default_shm_bytes", "make_plan", "pool_view"]
 
 MODEL_MOUNT = "/models"
 HF_HOME = "/root/.cache/huggingface"
@@ -48,10 +52,28 @@ class Plan:
     # The kinds spec.routing makes that come from other projects' CRDs (InferencePool; InferenceObjective with
     # priority classes; HTTPRoute with a gateway): reconcile/workload.py stalls a spec whose kind is not served.
     routing_kinds: tuple[str, ...] = ()
+    # spec.pools: each pool planned as the fleet it is (pool_view), shortest first. The fleet's own replicas are
+    # their sum, its capacity None (each pool has its own).
+    pools: tuple[PoolPlan, ...] = ()
 
     @property
     def feasible(self) -> bool:
         return not self.problems
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    pool: Pool
+    view: QwenInference  # the fleet as this pool serves it (pool_view)
+    plan: Plan
+
+
+def pool_view(cr: QwenInference, pool: Pool) -> QwenInference:
+    """The fleet as one of its pools serves it: spec.engine with the pool's settings over it, the pool's replicas,
+    no pools. Raises ValidationError when the merged engine breaks one of EngineSpec's own rules."""
+    spec = cr.spec.model_copy(update={"engine": pool_engine(cr.spec.engine, pool), "replicas": pool.replicas,
+                                      "pools": []})
+    return cr.model_copy(update={"spec": spec})
 
 
 def default_shm_bytes(gpus: int) -> int:
@@ -63,6 +85,34 @@ def default_shm_bytes(gpus: int) -> int:
 
 
 def make_plan(cr: QwenInference, config: OperatorConfig) -> Plan:
+    if cr.spec.pools:
+        return _plan_pools(cr, config)
+    return _plan_fleet(cr, config)
+
+
+def _plan_pools(cr: QwenInference, config: OperatorConfig) -> Plan:
+    """Each pool planned on its own (its maxModelLen decides what fits); their problems are the fleet's, each
+    naming its pool."""
+    pools: list[PoolPlan] = []
+    problems: list[Problem] = []
+    warnings: list[str] = []
+    for pool in cr.spec.pools:
+        try:
+            view = pool_view(cr, pool)
+        except ValidationError as err:
+            problems.append(Problem("InvalidPool", f"pools[{pool.name}]: {validation_message(err)}"))
+            continue
+        plan = _plan_fleet(view, config)
+        pools.append(PoolPlan(pool, view, plan))
+        problems += [replace(p, message=f"pools[{pool.name}]: {p.message}") for p in plan.problems]
+        warnings += [f"pools[{pool.name}]: {w}" for w in plan.warnings]
+    base = _plan_fleet(cr, config, assess_capacity=False)
+    total = sum(p.replicas for p in cr.spec.pools)
+    return replace(base, replicas=total, max_replicas=total, problems=tuple(problems), warnings=tuple(warnings),
+                   serving=pools[-1].plan.serving if pools else base.serving, pools=tuple(pools))
+
+
+def _plan_fleet(cr: QwenInference, config: OperatorConfig, assess_capacity: bool = True) -> Plan:
     spec = cr.spec
     gpus = spec.gpus_per_pod  # memory, shm and offload are per pod (0 on device CPU)
     shm = q.parse(spec.resources.shm_size) if spec.resources.shm_size is not None else Decimal(
@@ -85,7 +135,7 @@ def make_plan(cr: QwenInference, config: OperatorConfig) -> Plan:
         replicas or 0)
     from qwen_fleet.plan.planner import assess  # the capacity part has its own module
 
-    capacity, problems, warnings = assess(spec)
+    capacity, problems, warnings = assess(spec) if assess_capacity else (None, [], [])
     serving, serving_problems = plan_serving(spec, spec.model.served_model_name or cr.name)
     return Plan(
         name=cr.name,

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from qwen_fleet.api import KIND, QwenInference
 from qwen_fleet.catalog import all_gpus, find_gpu, find_model
+from qwen_fleet.plan import pool_view
 from qwen_fleet.plan.capacity import (
     Capacity,
     CapacityInput,
@@ -92,20 +93,34 @@ def _from_file(path: str, daily: tuple[DailyWork, ReplicaThroughput] | None = No
             print(f"qwen-fleet: {doc.get('metadata', {}).get('name')}: invalid spec: {err.errors()[0]['msg']}",
                   file=sys.stderr)
             return 1
-        memory = gpu_memory_gib(cr.spec)
-        inp = capacity_input(cr.spec, memory or 0.0)
-        if inp is None or memory is None:
-            why = "model not in the catalog" if inp is None else "GPU memory unknown (gpu.product/memoryGiB)"
-            print(f"{cr.name}: {cr.spec.model.name}: not planned: {why}")
-            continue
-        cap = plan_capacity(inp)
-        caps.append(cap)
-        refused |= _print_layout(cr, cap)
+        for view in _views(cr):
+            memory = gpu_memory_gib(view.spec)
+            inp = capacity_input(view.spec, memory or 0.0)
+            if inp is None or memory is None:
+                why = "model not in the catalog" if inp is None else "GPU memory unknown (gpu.product/memoryGiB)"
+                print(f"{view.name}: {view.spec.model.name}: not planned: {why}")
+                continue
+            cap = plan_capacity(inp)
+            caps.append(cap)
+            refused |= _print_layout(view, cap)
     if caps:
         _print_details(caps)
         for cap in caps:
             refused |= _print_daily(daily, cap)
     return 1 if refused or any(c.problems for c in caps) else 0
+
+
+def _views(cr: QwenInference) -> list[QwenInference]:
+    """The fleet, or with spec.pools each pool as it is served (named <fleet>-<pool>): each is planned alone."""
+    views = []
+    for pool in cr.spec.pools:
+        try:
+            view = pool_view(cr, pool)
+        except ValidationError as err:
+            print(f"{cr.name}-{pool.name}: invalid pool: {err.errors()[0]['msg']}", file=sys.stderr)
+            continue
+        views.append(view.model_copy(update={"metadata": {**cr.metadata, "name": f"{cr.name}-{pool.name}"}}))
+    return views if cr.spec.pools else [cr]
 
 
 def _print_layout(cr: QwenInference, cap: Capacity) -> bool:

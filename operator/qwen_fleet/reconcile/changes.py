@@ -7,14 +7,14 @@ The executor (controller.py) only carries a ChangeSet out. The rules, each with 
 - A running fleet is never left half-changed: when more than one child changes, every change is first
   checked together with a server-side dry run (admission and validation, nothing stored), and none is made
   if one is refused.
-- A new fleet: the Deployment first, then the rest together. The Deployment carries nearly everything a
-  user can get wrong that the CRD cannot check (and what admission policies look at); refused, it leaves
-  nothing behind. Should one of the rest be refused, what this reconcile created is deleted again
-  (``undo_on_refusal``), so a new fleet is never half-made either, and the happy path costs no extra round
-  trip.
+- A new fleet: the Deployment (with spec.pools: every pool's Deployment) first, then the rest together. The
+  Deployment carries nearly everything a user can get wrong that the CRD cannot check (and what admission
+  policies look at); refused, it leaves nothing behind. Should one of the rest be refused, what this
+  reconcile created is deleted again (``undo_on_refusal``), so a new fleet is never half-made either, and the
+  happy path costs no extra round trip.
 - Children of a prunable kind that the spec no longer asks for are deleted, after every apply succeeded
-  (never the fleet's Deployment or any Service; the endpoint picker's Deployment, ``<fleet>-epp``, is:
-  reconcile/kinds.py).
+  (never the fleet's Deployment or any Service; the endpoint picker's Deployment, ``<fleet>-epp``, is, and so
+  are a removed length-aware pool's Deployment and picker, by their labels: reconcile/kinds.py).
 - The fleet's workload is the Deployment or LeaderWorkerSet named as the fleet; the endpoint picker's Deployment
   (spec.routing) is a child like the others in every rule below.
 - The workload changes kind (Deployment <-> LeaderWorkerSet, when a replica comes to span nodes or stops to):
@@ -51,6 +51,7 @@ from qwen_fleet.reconcile.drift import drift
 from qwen_fleet.reconcile.kinds import CHILD_KIND, may_prune
 from qwen_fleet.reconcile.prefetch import PREFETCH_NEEDS, prefetch_of
 from qwen_fleet.reconcile.workload import WORKLOAD_KINDS, workload_ready
+from qwen_fleet.render.routing import EPP_LABEL, POOL_LABEL
 from qwen_fleet.render.stamp import RENDERED_HASH_ANNOTATION
 
 ChildKey = tuple[str, str]  # (kind, name)
@@ -143,8 +144,8 @@ def plan_changes(desired: Sequence[Mapping[str, Any]] | None, observed: Mapping[
     dry_run: tuple[Apply, ...] = ()
     batches: tuple[tuple[Apply, ...], ...]
     if new_fleet and len(applies) > 1:
-        first = tuple(a for a in applies if _is_workload(a.key, fleet))
-        rest = tuple(a for a in applies if not _is_workload(a.key, fleet))
+        first = tuple(a for a in applies if _is_workload(a.key, fleet) or _is_pool_workload(a.obj))
+        rest = tuple(a for a in applies if a not in first)
         batches = (first, rest) if first else (rest,)
     else:
         if len(applies) > 1:
@@ -172,6 +173,12 @@ def fleet_name(desired: Sequence[Mapping[str, Any]]) -> str:
 
 def _is_workload(key: ChildKey, fleet: str) -> bool:
     return key[0] in WORKLOAD_KINDS and key[1] == fleet
+
+
+def _is_pool_workload(obj: Mapping[str, Any]) -> bool:
+    """A length-aware pool's Deployment (spec.pools): the fleet's workload, one per pool."""
+    return obj["kind"] == "Deployment" and POOL_LABEL in ((obj.get("metadata") or {}).get("labels") or {}) \
+        and EPP_LABEL not in obj["metadata"]["labels"]
 
 
 def _switching_autoscaler(desired: Sequence[Mapping[str, Any]], observed: Mapping[ChildKey, Any]) -> bool:
@@ -217,7 +224,8 @@ def _prunes(desired: Sequence[Mapping[str, Any]], observed: Mapping[ChildKey, Ma
         child = CHILD_KIND.get(kind)
         if (kind, name) in wanted or child is None:
             continue
-        if not (may_prune(kind, name, fleet) or (old_workload and _is_workload((kind, name), fleet))):
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        if not (may_prune(kind, name, fleet, labels) or (old_workload and _is_workload((kind, name), fleet))):
             continue
         if (obj.get("metadata") or {}).get("deletionTimestamp"):
             # Already going, held by a finalizer (KEDA's on a ScaledObject): a second delete is a write for nothing.

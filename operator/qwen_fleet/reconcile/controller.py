@@ -24,7 +24,7 @@ from qwen_fleet.reconcile.changes import AUTOSCALER_KINDS, HANDOVER_MANAGER, Cha
 from qwen_fleet.reconcile.kube import KubeClient, KubeError
 from qwen_fleet.reconcile.prefetch import Prefetch, prefetch_of
 from qwen_fleet.reconcile.queue import Key
-from qwen_fleet.reconcile.status import Observed, Outcome, compute_status, status_patch
+from qwen_fleet.reconcile.status import Observed, Outcome, compute_status, pools_status, status_patch
 from qwen_fleet.reconcile.store import ChildKey, Store, nccl_status
 from qwen_fleet.reconcile.workload import (
     HTTP_ROUTE,
@@ -33,11 +33,13 @@ from qwen_fleet.reconcile.workload import (
     KEDA,
     LWS,
     missing_capability,
+    pools_rollout_view,
     rollout_view,
     workload_kind,
 )
 from qwen_fleet.render import Capabilities, render_children
 from qwen_fleet.render.common import endpoint_url, selector_string
+from qwen_fleet.render.routing import default_pool, pool_name
 
 log = logging.getLogger("qwen_fleet.reconcile")
 
@@ -203,12 +205,19 @@ class Controller:
         pods = self.store.pods(key)
         # The workload the spec asks for (during a migration, the new one: Ready only once it is).
         kind = workload_kind(plan.nodes) if plan is not None else "Deployment"
-        view = Observed(deployment=rollout_view(observed.get((kind, key[1]))),
-                        autoscaler=_autoscaler(observed, key[1], plan), pods=pods, nccl=nccl_status(pods),
-                        prefetch=prefetch)
+        workload = rollout_view(observed.get((kind, key[1])))
+        pools = None
+        if plan is not None and plan.pools and cr is not None and cr.spec.routing is not None:
+            # spec.pools: one Deployment per pool, seen together (reconcile/workload.py pools_rollout_view).
+            deployments = {p.pool.name: observed.get(("Deployment", pool_name(cr, p.pool.name))) for p in plan.pools}
+            workload = pools_rollout_view(list(deployments.values()))
+            pools = pools_status(plan, deployments, cr.spec.routing.pool_header, default_pool(cr))
+        view = Observed(deployment=workload, autoscaler=_autoscaler(observed, key[1], plan), pods=pods,
+                        nccl=nccl_status(pods), prefetch=prefetch)
         old = raw.get("status") or {}
         new = compute_status(old, generation, result.outcome, plan, view, _now(),
-                             endpoint=endpoint_url(cr) if cr else None, selector=selector_string(cr) if cr else None)
+                             endpoint=endpoint_url(cr) if cr else None, selector=selector_string(cr) if cr else None,
+                             pools=pools)
         patch = status_patch(old, new)
         if patch is not None:
             try:

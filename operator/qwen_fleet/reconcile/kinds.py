@@ -3,9 +3,10 @@ the start-up permission check and the chart's RBAC test all read this registry."
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from qwen_fleet.render.routing import EPP_RULES, EPP_SUFFIX
+from qwen_fleet.render.routing import EPP_LABEL, EPP_RULES, EPP_SUFFIX, POOL_LABEL
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,9 @@ class ChildKind:
     # Of a kind that is not prunable, the children named ``<fleet><suffix>`` for one of these suffixes are pruned
     # like any other: the endpoint picker's Deployment (spec.routing) is not the fleet's workload.
     prunable_suffixes: tuple[str, ...] = ()
+    # Likewise the children that carry one of these labels: a length-aware pool's Deployment (spec.pools; the
+    # pool was removed from the spec) and any pool's endpoint picker (<fleet>-<pool>-epp).
+    prunable_labels: tuple[str, ...] = ()
 
     @property
     def api_version(self) -> str:
@@ -35,7 +39,7 @@ class ChildKind:
 
 CHILD_KINDS: tuple[ChildKind, ...] = (
     ChildKind("Deployment", "apps", "v1", "deployments", prunable=False, workload=True,
-              prunable_suffixes=(EPP_SUFFIX,)),
+              prunable_suffixes=(EPP_SUFFIX,), prunable_labels=(POOL_LABEL, EPP_LABEL)),
     ChildKind("LeaderWorkerSet", "leaderworkerset.x-k8s.io", "v1", "leaderworkersets", prunable=False,
               optional=True, workload=True),
     # The endpoint picker's Service (<fleet>-epp) is kept too when routing is turned off, until the QwenInference
@@ -72,10 +76,11 @@ CHILD_KIND = {k.kind: k for k in CHILD_KINDS}
 CHILD_VERBS = ("list", "watch", "create", "patch")
 
 
-def may_prune(kind: str, name: str, fleet: str) -> bool:
+def may_prune(kind: str, name: str, fleet: str, labels: Mapping[str, str] | None = None) -> bool:
     """Whether a child the spec no longer asks for is deleted (the workload switch aside: changes.py)."""
     child = CHILD_KIND.get(kind)
-    return child is not None and (child.prunable or any(name == fleet + s for s in child.prunable_suffixes))
+    return child is not None and (child.prunable or any(name == fleet + s for s in child.prunable_suffixes)
+                                  or any(label in (labels or {}) for label in child.prunable_labels))
 
 
 def child_permissions(include_optional: bool = False) -> tuple[tuple[str, str, str, str], ...]:
@@ -84,7 +89,8 @@ def child_permissions(include_optional: bool = False) -> tuple[tuple[str, str, s
     for child in CHILD_KINDS:
         if child.optional and not include_optional:
             continue
-        verbs = CHILD_VERBS + (("delete",) if child.prunable or child.workload or child.prunable_suffixes else ())
+        deletes = child.prunable or child.workload or child.prunable_suffixes or child.prunable_labels
+        verbs = CHILD_VERBS + (("delete",) if deletes else ())
         out += [(verb, child.group, child.plural, "") for verb in verbs]
     return tuple(out)
 

@@ -165,9 +165,30 @@ def _keda_scaling(scaled: dict[str, Any], old: list[dict[str, Any]], generation:
     return mirrored, summary
 
 
+def pools_status(plan: Plan, deployments: dict[str, dict[str, Any] | None], header: str,
+                 default: str) -> list[dict[str, Any]]:
+    """status.pools (spec.pools): each pool's bounds, what selects it, and its Deployment's counts.
+    ``deployments``: pool name -> its observed Deployment (None while being created)."""
+    out = []
+    for pool_plan in plan.pools:
+        pool, name = pool_plan.pool, pool_plan.pool.name
+        dep_status = (deployments.get(name) or {}).get("status") or {}
+        entry: dict[str, Any] = {
+            "name": name, "maxRequestTokens": pool.max_request_tokens, "maxModelLen": pool.max_model_len,
+            "header": f"{header}: {name}", "default": name == default,
+            "deployment": f"{plan.name}-{name}", "inferencePool": f"{plan.name}-{name}",
+            "replicas": int(dep_status.get("replicas") or 0),
+            "readyReplicas": int(dep_status.get("readyReplicas") or 0)}
+        capacity = pool_plan.plan.capacity
+        if capacity is not None and capacity.max_concurrent_sequences is not None:
+            entry["maxConcurrentSequences"] = capacity.max_concurrent_sequences
+        out.append(entry)
+    return out
+
+
 def compute_status(old_status: dict[str, Any] | None, generation: int, outcome: Outcome, plan: Plan | None,
                    observed: Observed, now: str, endpoint: str | None = None,
-                   selector: str | None = None) -> dict[str, Any]:
+                   selector: str | None = None, pools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     old_status = old_status or {}
     old = list(old_status.get("conditions") or [])
     status: dict[str, Any] = {}
@@ -224,6 +245,8 @@ def compute_status(old_status: dict[str, Any] | None, generation: int, outcome: 
         status["nccl"] = observed.nccl
     if observed.prefetch is not None:
         status["prefetch"] = observed.prefetch.status()
+    if pools:
+        status["pools"] = pools
     return status
 
 

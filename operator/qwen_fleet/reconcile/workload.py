@@ -97,6 +97,24 @@ def rollout_view(workload: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return view
 
 
+def pools_rollout_view(deployments: list[Mapping[str, Any] | None]) -> dict[str, Any] | None:
+    """spec.pools: the pools' Deployments seen as one (status reads one rollout): counts and desired replicas
+    summed, behind while any is behind its generation, and every Deployment's conditions (one past its deadline
+    stalls the fleet). None while one is missing (being created)."""
+    if not deployments or any(d is None for d in deployments):
+        return None
+    seen = [d for d in deployments if d is not None]
+    statuses = [d.get("status") or {} for d in seen]
+    behind = any(int(st.get("observedGeneration") or 0) < int((d.get("metadata") or {}).get("generation") or 0)
+                 for d, st in zip(seen, statuses, strict=True))
+    status: dict[str, Any] = {key: sum(int(st.get(key) or 0) for st in statuses)
+                              for key in ("replicas", "readyReplicas", "updatedReplicas", "availableReplicas")}
+    status["observedGeneration"] = 0 if behind else 1
+    status["conditions"] = [c for st in statuses for c in st.get("conditions") or []]
+    desired = sum(int((d.get("spec") or {}).get("replicas", 1)) for d in seen)
+    return {"kind": "Deployment", "metadata": {"generation": 1}, "spec": {"replicas": desired}, "status": status}
+
+
 def workload_ready(workload: Mapping[str, Any] | None) -> bool:
     """Every desired replica (or group) of this workload is updated, ready and available, as its controller
     last reported for its current generation."""

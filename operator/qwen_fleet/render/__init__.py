@@ -14,6 +14,7 @@ from qwen_fleet.render.extras import render_model_cache_claim, render_preflight_
 from qwen_fleet.render.keda import render_scaled_object
 from qwen_fleet.render.leaderworkerset import render_leader_worker_set
 from qwen_fleet.render.monitoring import render_prometheus_rule, render_service_monitor
+from qwen_fleet.render.pools import render_pool_deployments
 from qwen_fleet.render.prefetch import render_prefetch_job
 from qwen_fleet.render.routing import render_routing
 from qwen_fleet.render.service import render_service
@@ -53,7 +54,10 @@ def render_children(cr: QwenInference, plan: Plan, caps: Capabilities) -> list[d
             children.append(render_prefetch_job(cr, plan))
     # A replica spanning nodes is a LeaderWorkerSet group; a single-node replica keeps its Deployment.
     multi_node = spec.parallelism.nodes > 1
-    children.append(render_leader_worker_set(cr, plan) if multi_node else render_deployment(cr, plan))
+    if spec.pools:  # length-aware pools: a Deployment each (render/pools.py)
+        children += render_pool_deployments(cr, plan)
+    else:
+        children.append(render_leader_worker_set(cr, plan) if multi_node else render_deployment(cr, plan))
     children.append(render_service(cr))
     if spec.autoscaling.enabled:  # one autoscaler, never both (reconcile/changes.py: switching engines)
         children.append(render_scaled_object(cr) if spec.autoscaling.engine == "keda" else render_hpa(cr))

@@ -13,12 +13,17 @@
   vLLM request priority of the class (api/routing.py vllm_priority: the two run in opposite directions).
 - With routing.gateway, an HTTPRoute (gateway.networking.k8s.io/v1) named as the fleet, whose one rule sends
   every path to the pool (upstream chart's config/charts/inferencepool/templates/httproute.yaml).
+- With spec.pools (length-aware pools), all of the above but the route once per pool (``Target``): the
+  InferencePool ``<fleet>-<pool>`` over that pool's pods, its own picker ``<fleet>-<pool>-epp`` (a v1.5.0 picker
+  serves one pool), its objectives ``<fleet>-<pool>-<class>``; the one HTTPRoute has a rule per pool matching
+  ``routing.poolHeader: <pool>`` exactly, and the default pool's rule also matches requests without it.
 
 The picker's pods carry none of the fleet's pod labels: the fleet's Service, PDB and pool never select them.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -26,7 +31,7 @@ import yaml
 from qwen_fleet.api import QwenInference
 from qwen_fleet.api.routing import PriorityClass, RoutingSpec, vllm_priority
 from qwen_fleet.config import MANAGED_BY
-from qwen_fleet.render.common import MANAGED_BY_LABEL, common_labels, metadata
+from qwen_fleet.render.common import MANAGED_BY_LABEL, common_labels, metadata, selector_labels
 from qwen_fleet.render.leaderworkerset import leader_selector
 
 POOL_GROUP = "inference.networking.k8s.io"
@@ -40,14 +45,54 @@ CONFIG_DIR = "/config"
 GRPC_PORT = 9002
 GRPC_HEALTH_PORT = 9003
 METRICS_PORT = 9090
+POOL_LABEL = "qwenfleet.io/pool"  # spec.pools: the pool of a pod, its Deployment, InferencePool and picker
 
 
-def epp_name(cr: QwenInference) -> str:
-    return cr.name + EPP_SUFFIX
+@dataclass(frozen=True)
+class Target:
+    """What one InferencePool and its endpoint picker front: the whole fleet, or one of spec.pools."""
+
+    name: str  # the InferencePool's name; its picker is <name>-epp, its objectives <name>-<class>
+    selector: dict[str, str]  # the pods it selects
+    pool: str | None = None  # the spec.pools entry
 
 
-def objective_name(cr: QwenInference, cls: PriorityClass) -> str:
-    return f"{cr.name}-{cls.name}"
+def fleet_target(cr: QwenInference) -> Target:
+    return Target(cr.name, leader_selector(cr))
+
+
+def pool_name(cr: QwenInference, pool: str) -> str:
+    """The Deployment and the InferencePool of a pool."""
+    return f"{cr.name}-{pool}"
+
+
+def pool_selector(cr: QwenInference, pool: str) -> dict[str, str]:
+    return {**selector_labels(cr), POOL_LABEL: pool}
+
+
+def targets(cr: QwenInference) -> list[Target]:
+    """One per pool with spec.pools (shortest first), else the fleet."""
+    if cr.spec.pools:
+        return [Target(pool_name(cr, p.name), pool_selector(cr, p.name), p.name) for p in cr.spec.pools]
+    return [fleet_target(cr)]
+
+
+def default_pool(cr: QwenInference) -> str:
+    """spec.pools: where a request without the pool header goes (routing.defaultPool, else the longest)."""
+    routing = _routing(cr)
+    return routing.default_pool if routing.default_pool is not None else cr.spec.pools[-1].name
+
+
+def _target(cr: QwenInference, target: Target | None) -> Target:
+    return target if target is not None else fleet_target(cr)
+
+
+def epp_name(cr: QwenInference, target: Target | None = None) -> str:
+    return _target(cr, target).name + EPP_SUFFIX
+
+
+def objective_name(cr: QwenInference, cls: PriorityClass, target: Target | None = None) -> str:
+    return f"{_target(cr, target).name}-{cls.name}"
 
 
 def _routing(cr: QwenInference) -> RoutingSpec:
@@ -55,31 +100,37 @@ def _routing(cr: QwenInference) -> RoutingSpec:
     return cr.spec.routing
 
 
-def epp_selector(cr: QwenInference) -> dict[str, str]:
-    return {EPP_LABEL: cr.name}
+def epp_selector(cr: QwenInference, target: Target | None = None) -> dict[str, str]:
+    return {EPP_LABEL: _target(cr, target).name}
 
 
-def epp_labels(cr: QwenInference) -> dict[str, str]:
+def epp_labels(cr: QwenInference, target: Target | None = None) -> dict[str, str]:
+    pool = {POOL_LABEL: target.pool} if target is not None and target.pool is not None else {}
     return {"app.kubernetes.io/name": "epp", "app.kubernetes.io/instance": cr.name,
             "app.kubernetes.io/component": "endpoint-picker", "app.kubernetes.io/part-of": "qwen-fleet",
-            MANAGED_BY_LABEL: MANAGED_BY, **epp_selector(cr)}
+            MANAGED_BY_LABEL: MANAGED_BY, **pool, **epp_selector(cr, target)}
 
 
-def _epp_meta(cr: QwenInference) -> dict[str, Any]:
-    return metadata(cr, name=epp_name(cr), labels=epp_labels(cr))
+def _epp_meta(cr: QwenInference, target: Target | None) -> dict[str, Any]:
+    return metadata(cr, name=epp_name(cr, target), labels=epp_labels(cr, target))
 
 
-def render_inference_pool(cr: QwenInference) -> dict[str, Any]:
+def _labels(cr: QwenInference, target: Target) -> dict[str, str]:
+    return {**common_labels(cr), **({POOL_LABEL: target.pool} if target.pool is not None else {})}
+
+
+def render_inference_pool(cr: QwenInference, target: Target | None = None) -> dict[str, Any]:
     routing = _routing(cr)
+    target = _target(cr, target)
     return {
         "apiVersion": f"{POOL_GROUP}/v1",
         "kind": "InferencePool",
-        "metadata": metadata(cr, labels=common_labels(cr)),
+        "metadata": metadata(cr, name=target.name, labels=_labels(cr, target)),
         "spec": {
-            "selector": {"matchLabels": leader_selector(cr)},
+            "selector": {"matchLabels": dict(target.selector)},
             "targetPorts": [{"number": cr.spec.service.port}],
             "appProtocol": "http",
-            "endpointPickerRef": {"group": "", "kind": "Service", "name": epp_name(cr),
+            "endpointPickerRef": {"group": "", "kind": "Service", "name": epp_name(cr, target),
                                   "port": {"number": GRPC_PORT},
                                   "failureMode": routing.endpoint_picker.failure_mode},
         },
@@ -109,15 +160,16 @@ def epp_config(routing: RoutingSpec) -> dict[str, Any]:
     }
 
 
-def render_epp_config_map(cr: QwenInference) -> dict[str, Any]:
+def render_epp_config_map(cr: QwenInference, target: Target | None = None) -> dict[str, Any]:
     text = yaml.safe_dump(epp_config(_routing(cr)), sort_keys=False)
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _epp_meta(cr), "data": {CONFIG_FILE: text}}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _epp_meta(cr, target),
+            "data": {CONFIG_FILE: text}}
 
 
-def epp_args(cr: QwenInference) -> list[str]:
+def epp_args(cr: QwenInference, target: Target | None = None) -> list[str]:
     """cmd/epp flags (pkg/epp/server/options.go, v1.5.0). The metrics endpoint is served without its
     TokenReview check: that needs cluster-wide RBAC, which a namespaced fleet does not hand out."""
-    return ["--pool-name", cr.name, "--pool-namespace", cr.namespace, "--pool-group", POOL_GROUP,
+    return ["--pool-name", _target(cr, target).name, "--pool-namespace", cr.namespace, "--pool-group", POOL_GROUP,
             "--config-file", f"{CONFIG_DIR}/{CONFIG_FILE}", "--grpc-port", str(GRPC_PORT),
             "--grpc-health-port", str(GRPC_HEALTH_PORT), "--metrics-port", str(METRICS_PORT),
             "--zap-encoder", "json", "--tracing=false", "--metrics-endpoint-auth=false",
@@ -129,13 +181,13 @@ def _probe(period: int) -> dict[str, Any]:
     return {"grpc": {"port": GRPC_HEALTH_PORT, "service": "inference-extension"}, "periodSeconds": period}
 
 
-def render_epp_deployment(cr: QwenInference) -> dict[str, Any]:
+def render_epp_deployment(cr: QwenInference, target: Target | None = None) -> dict[str, Any]:
     picker = _routing(cr).endpoint_picker
     container = {
         "name": "epp",
         "image": picker.image,
         "imagePullPolicy": "IfNotPresent",
-        "args": epp_args(cr),
+        "args": epp_args(cr, target),
         "env": [{"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
                 {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
         "ports": [{"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
@@ -153,36 +205,36 @@ def render_epp_deployment(cr: QwenInference) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _epp_meta(cr),
+        "metadata": _epp_meta(cr, target),
         "spec": {
             # One picker: its prefix index is in its memory. Recreate, as upstream's chart: a new picker takes
             # over at once instead of two indexes splitting the traffic during a rollout.
             "replicas": 1,
             "strategy": {"type": "Recreate"},
-            "selector": {"matchLabels": epp_selector(cr)},
+            "selector": {"matchLabels": epp_selector(cr, target)},
             "template": {
-                "metadata": {"labels": epp_labels(cr)},
+                "metadata": {"labels": epp_labels(cr, target)},
                 "spec": {
-                    "serviceAccountName": epp_name(cr),
+                    "serviceAccountName": epp_name(cr, target),
                     # Upstream: at least the longest grace period of the pool's pods.
                     "terminationGracePeriodSeconds": 130,
                     "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [container],
-                    "volumes": [{"name": "config", "configMap": {"name": epp_name(cr)}}],
+                    "volumes": [{"name": "config", "configMap": {"name": epp_name(cr, target)}}],
                 },
             },
         },
     }
 
 
-def render_epp_service(cr: QwenInference) -> dict[str, Any]:
+def render_epp_service(cr: QwenInference, target: Target | None = None) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _epp_meta(cr),
+        "metadata": _epp_meta(cr, target),
         "spec": {
             "type": "ClusterIP",
-            "selector": epp_selector(cr),
+            "selector": epp_selector(cr, target),
             "ports": [{"name": "grpc-ext-proc", "port": GRPC_PORT, "targetPort": GRPC_PORT, "protocol": "TCP"},
                       {"name": "http-metrics", "port": METRICS_PORT, "targetPort": METRICS_PORT,
                        "protocol": "TCP"}],
@@ -201,28 +253,32 @@ EPP_RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 )
 
 
-def render_epp_rbac(cr: QwenInference) -> list[dict[str, Any]]:
+def render_epp_rbac(cr: QwenInference, target: Target | None = None) -> list[dict[str, Any]]:
     """The picker's ServiceAccount, Role and RoleBinding (in the fleet's namespace only)."""
-    name = epp_name(cr)
+    name = epp_name(cr, target)
     rules = [{"apiGroups": [group], "resources": [resource], "verbs": list(verbs)}
              for group, resource, verbs in EPP_RULES]
     return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _epp_meta(cr)},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _epp_meta(cr), "rules": rules},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": _epp_meta(cr),
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _epp_meta(cr, target)},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _epp_meta(cr, target),
+         "rules": rules},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": _epp_meta(cr, target),
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
          "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": cr.namespace}]},
     ]
 
 
-def render_objectives(cr: QwenInference) -> list[dict[str, Any]]:
+def render_objectives(cr: QwenInference, target: Target | None = None) -> list[dict[str, Any]]:
+    """One InferenceObjective per class for this pool: a v1.5.0 picker reads only the objectives whose poolRef
+    is its own pool (pkg/epp/controller/inferenceobjective_reconciler.go)."""
+    target = _target(cr, target)
     out = []
     for cls in _routing(cr).priority_classes:
-        meta = metadata(cr, name=objective_name(cr, cls), labels=common_labels(cr),
+        meta = metadata(cr, name=objective_name(cr, cls, target), labels=_labels(cr, target),
                         annotations={VLLM_PRIORITY_ANNOTATION: str(vllm_priority(cls.priority))})
         out.append({"apiVersion": f"{OBJECTIVE_GROUP}/v1alpha2", "kind": "InferenceObjective", "metadata": meta,
                     "spec": {"priority": cls.priority, "poolRef": {"group": POOL_GROUP, "kind": "InferencePool",
-                                                                   "name": cr.name}}})
+                                                                   "name": target.name}}})
     return out
 
 
@@ -238,23 +294,37 @@ def render_http_route(cr: QwenInference) -> dict[str, Any]:
         "apiVersion": "gateway.networking.k8s.io/v1",
         "kind": "HTTPRoute",
         "metadata": metadata(cr, labels=common_labels(cr)),
-        "spec": {
-            "parentRefs": [parent],
-            "rules": [{
-                "matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
-                "backendRefs": [{"group": POOL_GROUP, "kind": "InferencePool", "name": cr.name}],
-                "timeouts": {"request": gateway.request_timeout},
-            }],
-        },
+        "spec": {"parentRefs": [parent], "rules": [_route_rule(cr, t) for t in targets(cr)]},
     }
 
 
-def render_routing(cr: QwenInference) -> list[dict[str, Any]]:
-    """Every routing child, in apply order: what the picker mounts and runs as, the picker, then the pool
-    (the picker waits for it), the objectives that name the pool, and the route to it."""
+def _route_rule(cr: QwenInference, target: Target) -> dict[str, Any]:
+    """Every path to the target. A pool's rule matches its header value exactly (Gateway API core); the
+    default pool's also matches requests without it. Gateway API gives a match with more header matches
+    precedence, so a named pool wins over the default's bare match."""
     routing = _routing(cr)
-    children = [render_epp_config_map(cr), *render_epp_rbac(cr), render_epp_deployment(cr),
-                render_epp_service(cr), render_inference_pool(cr), *render_objectives(cr)]
+    assert routing.gateway is not None
+    every_path = {"path": {"type": "PathPrefix", "value": "/"}}
+    matches: list[dict[str, Any]] = [every_path]
+    if target.pool is not None:
+        header = {"type": "Exact", "name": routing.pool_header, "value": target.pool}
+        matches = [{**every_path, "headers": [header]}]
+        if target.pool == default_pool(cr):
+            matches.append(every_path)
+    return {"matches": matches,
+            "backendRefs": [{"group": POOL_GROUP, "kind": "InferencePool", "name": target.name}],
+            "timeouts": {"request": routing.gateway.request_timeout}}
+
+
+def render_routing(cr: QwenInference) -> list[dict[str, Any]]:
+    """Every routing child, in apply order: per pool (one without spec.pools), what the picker mounts and runs
+    as, the picker, then the pool (the picker waits for it) and the objectives that name it; then the route."""
+    routing = _routing(cr)
+    children: list[dict[str, Any]] = []
+    for target in targets(cr):
+        children += [render_epp_config_map(cr, target), *render_epp_rbac(cr, target),
+                     render_epp_deployment(cr, target), render_epp_service(cr, target),
+                     render_inference_pool(cr, target), *render_objectives(cr, target)]
     if routing.gateway is not None:
         children.append(render_http_route(cr))
     return children

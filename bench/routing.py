@@ -1,0 +1,566 @@
+"""The routing acceptance bench of issue 17: ``make bench-routing`` (``python -m bench.routing``), figures to
+bench/results/routing.{json,md,png}.
+
+One run, two real vLLM CPU servers (the suite's tiny Qwen2, each started from the Deployment the operator renders
+for the tiny fleet with ``spec.routing`` and two request classes), the real endpoint picker (cmd/epp v1.5.0) run
+from the rendered Deployment and ConfigMap against a real local apiserver, and a gateway's half that drives the
+picker through its ext-proc gRPC interface: tests/support/picker_fleet.py and tests/support/extproc.py, the same
+set-up as tests/integration/test_epp_picks.py. The servers' KV cache is made small
+(``engine.extraArgs: --num-gpu-blocks-override``, the same for every phase) so that a shared-prefix working set
+fits the two caches together but not one: the case where keeping a prefix on one replica matters.
+
+Phases, one after the other on the same servers and picker:
+
+* **A, shared prefixes**: ``prefixes`` long prompt prefixes (system prompt, tool schemas, history stand-ins of
+  ``prefix_chars`` characters, one token a character with the tiny tokenizer), each followed by ``per_prefix``
+  different questions, in one seeded shuffled order, sent by ``concurrency`` clients (closed loop), streamed,
+  ``prefix_max_tokens`` tokens each. The same workload three times, routed (1) at random, as a plain Service's
+  kube-proxy spreads connections (iptables mode), (2) round-robin (kube-proxy's IPVS default), (3) by the picker;
+  each run's prefixes start with a tag of their own, so no run finds another's blocks in a cache. Figures: the
+  servers' prefix-cache hit rate over the run (``vllm:prefix_cache_hits_total`` / ``queries_total``, both
+  servers, before/after), TTFT p50/p99, requests per server and servers per prefix.
+* **B, a flood of long requests**: ``flood_concurrency`` clients keep long prompts (``long_chars``, unique) of
+  ``long_max_tokens`` tokens in flight through the picker, more than the servers run at once, so a queue forms;
+  after ``flood_warmup_s`` a short client sends ``short_count`` short streamed requests at ``short_rate`` a second
+  (open loop). Without classes (no objective header, no body priority: all 0), and with the classes of
+  docs/routing.md (short: ``x-gateway-inference-objective: qwen-tiny-interactive`` and vLLM priority -10, long:
+  ``qwen-tiny-batch`` and 0: the objectives' ``qwenfleet.io/vllm-priority`` annotations), ``flood_repeats``
+  times each, alternating. Figures: the short requests' TTFT p50/p99 per run and pooled, the long ones' count,
+  rate and latency, preemptions, and each server's waiting and running requests once a second.
+* **C, a replica killed mid-run**: ``kill_rate`` requests a second through the picker (open loop: a failed
+  request does not bring the next one sooner, as with users); after ``kill_after_s`` one server's process group
+  is SIGKILLed. The bench does the kubelet's part (KWOK does none): a pod whose server process has exited is
+  marked NotReady at the next 1-s relist, and a running one that fails the rendered readiness probe
+  (``/health``, its period, timeout and failure threshold) as the kubelet counts it. Figures: requests in
+  flight on the victim at the kill, failed requests by kind, the seconds until NotReady and until the picker
+  dropped the pod, and the picks of the victim after that (the acceptance: none).
+
+Nothing here asserts a time; it measures. On 2 cores everything (two engines, etcd, apiserver, KWOK, picker, the
+clients) shares the machine, so absolute times are this machine's; the comparisons are within one run. Each
+server's processes are pinned to a CPU of their own (``pin_engines``; see ``pin_engines()`` for why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import os
+import platform
+import random
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from tests.support.extproc import Gateway, PickerError, UpstreamError, forward
+from tests.support.picker_fleet import (
+    EarlyRenderedServer,
+    PickerFleet,
+    loopback_hosts,
+    new_namespace,
+    one,
+    render,
+    set_not_ready,
+    spawn_servers,
+    start_picker_fleet,
+)
+from tests.support.serving import NAME
+from tests.support.tiny_qwen import TinyQwen, make_tiny_model, vllm_python
+
+from bench.routing_report import markdown, plot, summary
+from qwen_fleet import versions
+from qwen_fleet_dev import binaries
+from qwen_fleet_dev.cluster import LocalCluster
+
+RESULTS = Path(__file__).resolve().parent / "results"
+CLASSES = [{"name": "interactive", "priority": 10}, {"name": "batch", "priority": 0}]
+OBJECTIVE_HEADER = "x-gateway-inference-objective"
+WORDS = ("replica", "prefix", "cache", "token", "queue", "gateway", "picker", "pool", "shard", "tenant", "schema",
+         "tool", "history", "summary", "latency", "budget")
+
+
+@dataclass(frozen=True)
+class Settings:
+    kv_blocks: int = 48
+    prefixes: int = 12
+    per_prefix: int = 12
+    prefix_chars: int = 760
+    concurrency: int = 4
+    prefix_max_tokens: int = 4
+    flood_concurrency: int = 24
+    long_chars: int = 840
+    long_max_tokens: int = 64
+    flood_warmup_s: float = 5.0
+    flood_repeats: int = 3
+    short_rate: float = 4.0
+    short_count: int = 80
+    short_max_tokens: int = 8
+    kill_rate: float = 8.0
+    kill_max_tokens: int = 48
+    kill_after_s: float = 8.0
+    after_drop_s: float = 10.0
+    seed: int = 17
+    pin_engines: int = 1  # 1: each server's processes on a CPU of their own, as a pod with its own CPU
+
+
+@dataclass
+class Record:
+    start: float  # monotonic
+    end: float
+    endpoint: str | None  # where it went (None: the picker named none)
+    ttft: float | None  # streamed requests that succeeded
+    status: int | None
+    error: str | None = None
+
+
+def chat(content: str, max_tokens: int, stream: bool, priority: int | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": NAME, "messages": [{"role": "user", "content": content}],
+                            "max_tokens": max_tokens, "ignore_eos": True, "temperature": 0}
+    if stream:
+        body["stream"] = True
+    if priority is not None:
+        body["priority"] = priority
+    return body
+
+
+def through_picker(gateway: Gateway, body: dict[str, Any], headers: dict[str, str] | None = None) -> Record:
+    start = time.monotonic()
+    try:
+        exchange = gateway.post("/v1/chat/completions", body, headers)
+    except UpstreamError as err:  # "<kind>: <endpoint>: ...": kill_report counts failures by kind
+        kind = type(err.__cause__).__name__
+        return Record(start, time.monotonic(), err.endpoint, None, None, f"{kind}: {err}"[:200])
+    except (PickerError, AssertionError, StopIteration, OSError) as err:
+        return Record(start, time.monotonic(), None, None, None, f"picker: {type(err).__name__}: {err}"[:200])
+    except Exception as err:  # grpc.RpcError and the like: the exchange broke, count it
+        return Record(start, time.monotonic(), None, None, None, f"{type(err).__name__}: {err}"[:200])
+    error = None if exchange.status == 200 else f"HTTP {exchange.status}: {str(exchange.reply)[:150]}"
+    return Record(start, time.monotonic(), exchange.endpoint, exchange.ttft, exchange.status, error)
+
+
+def direct(endpoint: str, body: dict[str, Any]) -> Record:
+    """What a plain Service does once kube-proxy has chosen: the request goes straight to the endpoint."""
+    start = time.monotonic()
+    try:
+        status, _, raw, first = forward(endpoint, "/v1/chat/completions", json.dumps(body).encode(), 300)
+    except OSError as err:
+        return Record(start, time.monotonic(), endpoint, None, None, f"{type(err).__name__}: {err}"[:200])
+    error = None if status == 200 else f"HTTP {status}: {raw[:150]!r}"
+    return Record(start, time.monotonic(), endpoint, None if first is None else first - start, status, error)
+
+
+def closed_loop(jobs: list[Callable[[], Record]], concurrency: int) -> list[Record]:
+    """``concurrency`` clients, each sending the next job as soon as its last one has ended; in job order."""
+    results: list[Record | None] = [None] * len(jobs)
+    lock = threading.Lock()
+    next_job = iter(range(len(jobs)))
+
+    def client() -> None:
+        while True:
+            with lock:
+                i = next(next_job, None)
+            if i is None:
+                return
+            results[i] = jobs[i]()
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [r for r in results if r is not None]
+
+
+def flood(job: Callable[[int], Record], concurrency: int, stop: threading.Event) -> tuple[list[Record], list[Any]]:
+    """``concurrency`` clients sending ``job(i)`` back to back until ``stop``; returns the records and threads."""
+    records: list[Record] = []
+    lock = threading.Lock()
+    counter = iter(range(10**9))
+
+    def client() -> None:
+        while not stop.is_set():
+            with lock:
+                i = next(counter)
+            record = job(i)
+            with lock:
+                records.append(record)
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    return records, threads
+
+
+def open_loop(job: Callable[[int], Record], rate: float, count: int | None = None,
+              stop: threading.Event | None = None) -> list[Record]:
+    """Request i starts at i / rate seconds, whatever the earlier ones are doing (users arrive, and a failed
+    request does not make the next one come sooner), until ``count`` were sent or ``stop`` is set; then waits
+    for the ones in flight."""
+    records: dict[int, Record] = {}
+
+    def send(i: int) -> None:
+        records[i] = job(i)
+
+    threads = []
+    began = time.monotonic()
+    i = 0
+    while (count is None or i < count) and not (stop is not None and stop.is_set()):
+        thread = threading.Thread(target=send, args=(i,), daemon=True)
+        thread.start()
+        threads.append(thread)
+        i += 1
+        delay = max(0.0, began + i / rate - time.monotonic())
+        if stop is not None:
+            stop.wait(delay)
+        else:
+            time.sleep(delay)
+    for thread in threads:
+        thread.join()
+    return [records[k] for k in sorted(records)]
+
+
+def filler(rng: random.Random, chars: int) -> str:
+    text = ""
+    while len(text) < chars:
+        text += (" " if text else "") + rng.choice(WORDS)
+    return text[:chars]
+
+
+def prefix_workload(s: Settings, tag: str) -> list[str]:
+    """The shared-prefix prompts in send order: the order and the texts come from the seed, the tag leads every
+    prefix so that two runs of the workload share no block."""
+    rng = random.Random(s.seed)
+    prefixes = [f"[{tag} tenant {p}] " + filler(random.Random(s.seed * 1000 + p), s.prefix_chars)
+                for p in range(s.prefixes)]
+    order = [p for p in range(s.prefixes) for _ in range(s.per_prefix)]
+    rng.shuffle(order)
+    return [f"{prefixes[p]}\nQuestion {i}: which {WORDS[i % len(WORDS)]} comes next?" for i, p in enumerate(order)]
+
+
+COUNTERS = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", "vllm:num_preemptions_total")
+
+
+def counters(servers: dict[str, EarlyRenderedServer]) -> dict[str, float]:
+    """The servers' counters of COUNTERS, summed over both."""
+    totals = dict.fromkeys(COUNTERS, 0.0)
+    for server in servers.values():
+        samples = server.metrics()
+        for key in COUNTERS:
+            totals[key] += samples.get(key, 0.0)
+    return totals
+
+
+def delta(before: dict[str, float], after: dict[str, float], key: str) -> float:
+    return after[key] - before[key]
+
+
+def phase_a(fleet: PickerFleet, s: Settings) -> dict[str, Any]:
+    endpoints = sorted(fleet.servers)
+    out: dict[str, Any] = {}
+    for mode in ("random", "round-robin", "picker"):
+        prompts = prefix_workload(s, mode)
+        rng = random.Random(s.seed)
+        jobs: list[Callable[[], Record]] = []
+        for i, prompt in enumerate(prompts):
+            body = chat(prompt, s.prefix_max_tokens, stream=True)
+            if mode == "picker":
+                jobs.append(functools.partial(through_picker, fleet.gateway, body))
+            else:
+                target = rng.choice(endpoints) if mode == "random" else endpoints[i % len(endpoints)]
+                jobs.append(functools.partial(direct, target, body))
+        before = counters(fleet.servers)
+        began = time.monotonic()
+        records = closed_loop(jobs, s.concurrency)
+        seconds = time.monotonic() - began
+        after = counters(fleet.servers)
+        hits = delta(before, after, "vllm:prefix_cache_hits_total")
+        queries = delta(before, after, "vllm:prefix_cache_queries_total")
+        prefix_of = [int(p.split(" tenant ")[1].split("]")[0]) for p in prompts]
+        servers_per_prefix = Counter(len({r.endpoint for r, p in zip(records, prefix_of, strict=True) if p == q})
+                                     for q in range(s.prefixes))
+        out[mode] = {**summary(records), "seconds": round(seconds, 1), "hit_tokens": hits, "query_tokens": queries,
+                     "hit_rate": round(hits / queries, 4) if queries else None,
+                     "preemptions": delta(before, after, "vllm:num_preemptions_total"),
+                     "per_server": dict(Counter(r.endpoint for r in records if r.endpoint)),
+                     "servers_per_prefix": {str(k): v for k, v in sorted(servers_per_prefix.items())}}
+        print("A", mode, json.dumps({k: v for k, v in out[mode].items() if k != "records"}), flush=True)
+    return out
+
+
+def _queues(fleet: PickerFleet, stop: threading.Event, began: float, series: list[dict[str, Any]]) -> None:
+    """Each server's waiting and running requests, once a second."""
+    while not stop.wait(1.0):
+        for endpoint, server in fleet.servers.items():
+            try:
+                samples = server.metrics()
+            except (OSError, RuntimeError):
+                continue
+            series.append({"t": round(time.monotonic() - began, 1), "endpoint": endpoint,
+                           "waiting": samples.get("vllm:num_requests_waiting", 0.0),
+                           "running": samples.get("vllm:num_requests_running", 0.0)})
+
+
+def _per_server(records: list[Record]) -> dict[str, int]:
+    return dict(sorted(Counter(r.endpoint for r in records if r.endpoint).items()))
+
+
+def flood_run(fleet: PickerFleet, s: Settings, with_priority: bool, tag: str
+              ) -> tuple[dict[str, Any], list[Record], list[Record]]:
+    long_rng = random.Random(s.seed + 1)
+    long_prompts = [f"[{tag} long {i}] " + filler(random.Random(long_rng.random()), s.long_chars) for i in range(2000)]
+    long_headers = {OBJECTIVE_HEADER: f"{NAME}-batch"} if with_priority else None
+    short_headers = {OBJECTIVE_HEADER: f"{NAME}-interactive"} if with_priority else None
+    # The vLLM priority of each class: the negation of its objective priority (docs/routing.md, api/routing.py).
+    long_priority, short_priority = (0, -10) if with_priority else (None, None)
+
+    def long_job(i: int) -> Record:
+        return through_picker(fleet.gateway, chat(long_prompts[i % len(long_prompts)], s.long_max_tokens,
+                                                  stream=False, priority=long_priority), long_headers)
+
+    def short_job(i: int) -> Record:
+        return through_picker(fleet.gateway, chat(f"[{tag}] Say hello to the on-call engineer ({i}).",
+                                                  s.short_max_tokens, stream=True, priority=short_priority),
+                              short_headers)
+
+    stop, stop_sampler = threading.Event(), threading.Event()
+    series: list[dict[str, Any]] = []
+    before = counters(fleet.servers)
+    began = time.monotonic()
+    sampler = threading.Thread(target=_queues, args=(fleet, stop_sampler, began, series), daemon=True)
+    sampler.start()
+    longs, threads = flood(long_job, s.flood_concurrency, stop)
+    time.sleep(s.flood_warmup_s)
+    shorts = open_loop(short_job, s.short_rate, count=s.short_count)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    seconds = time.monotonic() - began
+    stop_sampler.set()
+    sampler.join()
+    after = counters(fleet.servers)
+    waiting = {e: max((x["waiting"] for x in series if x["endpoint"] == e), default=0.0) for e in fleet.servers}
+    result = {"classes": "with" if with_priority else "without",
+              "short": {**summary(shorts), "per_server": _per_server(shorts)},
+              "long": {**summary(longs), "per_s": round(len(longs) / seconds, 2), "per_server": _per_server(longs)},
+              "max_waiting": waiting, "preemptions": delta(before, after, "vllm:num_preemptions_total"),
+              "seconds": round(seconds, 1), "queue_series": series}
+    return result, shorts, longs
+
+
+def phase_b(fleet: PickerFleet, s: Settings) -> dict[str, Any]:
+    """``flood_repeats`` pairs, alternating without / with, so that neither condition always runs first or on
+    warmer caches; the short and long requests of each condition pooled as well."""
+    runs: list[dict[str, Any]] = []
+    pooled: dict[str, tuple[list[Record], list[Record], float]] = {"without": ([], [], 0.0), "with": ([], [], 0.0)}
+    for repeat in range(1, s.flood_repeats + 1):
+        for key, with_priority in (("without", False), ("with", True)):
+            result, shorts, longs = flood_run(fleet, s, with_priority, f"flood-{key}-{repeat}")
+            runs.append({"repeat": repeat, **result})
+            all_shorts, all_longs, seconds = pooled[key]
+            pooled[key] = (all_shorts + shorts, all_longs + longs, seconds + result["seconds"])
+            print("B", key, repeat, json.dumps({k: v for k, v in result.items() if k != "queue_series"}), flush=True)
+    return {"runs": runs, "pooled": {key: {"short": summary(shorts), "long": {**summary(longs),
+                                                                             "per_s": round(len(longs) / secs, 2)}}
+                                     for key, (shorts, longs, secs) in pooled.items()}}
+
+
+@dataclass
+class KubeletWatch:
+    """What the kubelet does about a pod's readiness, for every pod, since KWOK does none of it: a container whose
+    process has exited is NotReady at the next relist (PLEG, 1 s); a running one that fails the rendered
+    readiness probe (``/health`` every ``periodSeconds``, ``timeoutSeconds``) ``failureThreshold`` times in a row
+    is NotReady too. Notes when and why."""
+
+    fleet: PickerFleet
+    probe: dict[str, Any]
+    not_ready: dict[str, tuple[float, str]]  # endpoint -> (monotonic time, reason)
+
+    def run(self, stop: threading.Event) -> None:
+        failures: Counter[str] = Counter()
+        path, period = self.probe["httpGet"]["path"], int(self.probe["periodSeconds"])
+        tick = 0
+        while not stop.wait(1.0):
+            tick += 1
+            for endpoint, pod in self.fleet.pods.items():
+                if endpoint in self.not_ready:
+                    continue
+                reason = None
+                if not self.fleet.servers[endpoint].running():
+                    reason = "ContainersNotReady"
+                elif tick % period == 0:
+                    try:
+                        with urllib.request.urlopen(f"http://{endpoint}{path}",
+                                                    timeout=self.probe["timeoutSeconds"]):
+                            failures[endpoint] = 0
+                    except OSError:
+                        failures[endpoint] += 1
+                    if failures[endpoint] >= int(self.probe["failureThreshold"]):
+                        reason = "ReadinessProbeFailed"
+                if reason is not None:
+                    set_not_ready(self.fleet.cluster, self.fleet.namespace, pod, reason)
+                    self.not_ready[endpoint] = (time.monotonic(), reason)
+
+
+def phase_c(fleet: PickerFleet, s: Settings, probe: dict[str, Any]) -> dict[str, Any]:
+    victim = sorted(fleet.servers)[0]
+    survivor = sorted(fleet.servers)[1]
+    watch = KubeletWatch(fleet, probe, {})
+    stop_probe, stop = threading.Event(), threading.Event()
+    prober = threading.Thread(target=watch.run, args=(stop_probe,), daemon=True)
+    prober.start()
+
+    def job(i: int) -> Record:
+        return through_picker(fleet.gateway, chat(f"[kill] Write a status line for request {i}.",
+                                                  s.kill_max_tokens, stream=False))
+
+    records: list[Record] = []
+    sender = threading.Thread(target=lambda: records.extend(open_loop(job, s.kill_rate, stop=stop)), daemon=True)
+    sender.start()
+    began = time.monotonic()
+    time.sleep(s.kill_after_s)
+    proc = fleet.servers[victim].proc
+    assert proc is not None
+    killed = time.monotonic()
+    os.killpg(proc.pid, signal.SIGKILL)  # the whole replica at once: API server and engine core
+    victim_pod = f"{fleet.pods[victim]}-rank-0"
+    dropped: float | None = None
+    deadline = killed + 120
+    while time.monotonic() < deadline:
+        if victim_pod not in fleet.picker.endpoints():
+            dropped = time.monotonic()
+            break
+        time.sleep(0.2)
+    time.sleep(s.after_drop_s)
+    stop.set()
+    sender.join()
+    stop_probe.set()
+    prober.join()
+    not_ready, reason = watch.not_ready.get(victim, (None, None))
+    return {**kill_report(records, victim, survivor, began, killed, not_ready, dropped, probe),
+            "not_ready_reason": reason}
+
+
+def kill_report(records: list[Record], victim: str, survivor: str, began: float, killed: float,
+                not_ready: float | None, dropped: float | None, probe: dict[str, Any]) -> dict[str, Any]:
+    """Every request classified by where it went and when, relative to the kill and the picker's drop."""
+    in_flight = [r for r in records if r.endpoint == victim and r.start < killed < r.end]
+    after_kill = [r for r in records if r.start >= killed]
+    after_drop = [r for r in records if dropped is not None and r.start >= dropped]
+    failed = [r for r in records if r.error is not None]
+    return {
+        "victim": victim, "survivor": survivor, "requests": len(records), "failed": len(failed),
+        "in_flight_on_victim_at_kill": len(in_flight),
+        "failed_in_flight_at_kill": sum(1 for r in in_flight if r.error is not None),
+        "sent_to_victim_after_kill": sum(1 for r in after_kill if r.endpoint == victim),
+        "failed_sent_to_victim_after_kill": sum(1 for r in after_kill if r.endpoint == victim and r.error),
+        "failed_elsewhere": sum(1 for r in failed if r.endpoint != victim),
+        "picks_of_victim_after_drop": sum(1 for r in after_drop if r.endpoint == victim),
+        "requests_after_drop": len(after_drop),
+        "seconds_kill_to_not_ready": None if not_ready is None else round(not_ready - killed, 2),
+        "seconds_kill_to_dropped": None if dropped is None else round(dropped - killed, 2),
+        "readiness_probe": {k: probe[k] for k in ("periodSeconds", "timeoutSeconds", "failureThreshold")},
+        "errors": sorted(Counter((r.error or "").split(":")[0] for r in failed).items()),  # by exception type
+        "timeline": [{"t": round(r.start - killed, 3), "end": round(r.end - killed, 3), "endpoint": r.endpoint,
+                      "ok": r.error is None} for r in records],
+        "seconds": round(time.monotonic() - began, 1),
+    }
+
+
+def pin_engines(servers: list[EarlyRenderedServer]) -> dict[str, int]:
+    """Every thread of server i's processes (API server, engine core) onto CPU i, as each replica's pod would have
+    CPUs of its own. Unpinned, vLLM's automatic OMP binding puts both engines' compute threads on the same CPUs
+    of this machine, and they take turns."""
+    cpus = sorted(os.sched_getaffinity(0))
+    out = {}
+    for i, server in enumerate(servers):
+        cpu = cpus[i % len(cpus)]
+        for pid in server.group_pids():
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(int(task.name), {cpu})
+        out[f"{server.host}:{server.port}"] = cpu
+    return out
+
+
+def server_facts(fleet: PickerFleet) -> dict[str, Any]:
+    server = next(iter(fleet.servers.values()))
+    _, text = server.get("/metrics")
+    line = next(x for x in text.splitlines() if x.startswith("vllm:cache_config_info{"))
+    labels = dict(re.findall(r'([A-Za-z_]+)="([^"]*)"', line))
+    return {k: labels.get(k, "") for k in ("block_size", "num_gpu_blocks", "enable_prefix_caching")}
+
+
+def run(s: Settings, tmp: Path) -> dict[str, Any]:
+    python = vllm_python()
+    model = make_tiny_model(tmp / "model", TinyQwen(), python=python)
+    hosts, port = loopback_hosts(2)
+    routing = {"priorityClasses": CLASSES}
+    engine = {"extraArgs": ["--num-gpu-blocks-override", str(s.kv_blocks)]}
+    children = render(new_namespace("bench-routing"), port, routing, engine)
+    deployment = one(children, "Deployment", NAME)
+    servers = spawn_servers(deployment, python, model, hosts, port, tmp)  # their start overlaps the cluster's
+    cluster: LocalCluster | None = None
+    fleet: PickerFleet | None = None
+    try:
+        binaries.ensure()
+        cluster = LocalCluster(workdir=tmp / "cluster")
+        cluster.start()
+        fleet = start_picker_fleet(cluster, binaries.ensure_epp(), servers, children, tmp / "epp")
+        facts = server_facts(fleet)
+        pinned = pin_engines(servers) if s.pin_engines else {}
+        for i in range(4):  # the first requests warm each engine; not counted
+            through_picker(fleet.gateway, chat(f"warm-up {i}", 4, stream=True))
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        report = {"phase_a": phase_a(fleet, s), "phase_b": phase_b(fleet, s),
+                  "phase_c": phase_c(fleet, s, container["readinessProbe"])}
+        argv = next(iter(fleet.servers.values())).argv()
+        return {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "machine": platform.processor() or platform.machine(), "cpus": len(os.sched_getaffinity(0)),
+                "vllm": versions.VLLM, "epp": versions.GATEWAY_API_INFERENCE_EXTENSION, "server_argv": argv[1:],
+                "server_cache": facts, "settings": asdict(s), "engine_cpu": pinned,
+                "engine_start_s": [round(x.startup_seconds or 0.0, 1) for x in servers], **report}
+    finally:
+        if fleet is not None:
+            fleet.close()
+        else:
+            for server in servers:
+                server.stop()
+        if cluster is not None:
+            cluster.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    for f in fields(Settings):
+        p.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default)
+    p.add_argument("--out", type=Path, default=RESULTS)
+    args = p.parse_args(argv)
+    settings = Settings(**{f.name: getattr(args, f.name) for f in fields(Settings)})
+    tmp = Path(tempfile.mkdtemp(prefix="bench-routing-"))
+    try:
+        report = run(settings, tmp)
+    except BaseException:
+        print(f"bench-routing failed; the engines', picker's and cluster's logs are in {tmp}", file=sys.stderr)
+        raise
+    shutil.rmtree(tmp, ignore_errors=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "routing.json").write_text(json.dumps(report, indent=1) + "\n")
+    (args.out / "routing.md").write_text(markdown(report))
+    plot(report, args.out / "routing.png")
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

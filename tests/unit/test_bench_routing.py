@@ -1,0 +1,91 @@
+"""bench/routing.py's pure parts (the real engines, picker and apiserver are the bench's own run, ``make
+bench-routing``): the shared-prefix workload, the kill phase's classification of requests, the summaries, and that
+a report renders to Markdown and a plot."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+from bench.routing import Record, Settings, closed_loop, kill_report, prefix_workload
+from bench.routing_report import markdown, plot, summary
+
+PROBE = {"httpGet": {"path": "/health"}, "periodSeconds": 5, "timeoutSeconds": 3, "failureThreshold": 3}
+
+
+def test_the_prefix_workload_is_the_same_for_every_routing_but_shares_no_prefix_across_runs() -> None:
+    s = Settings(prefixes=3, per_prefix=4, prefix_chars=200)
+    one, again, other = prefix_workload(s, "random"), prefix_workload(s, "random"), prefix_workload(s, "picker")
+    assert one == again and len(one) == 12
+    assert [p.replace("[picker", "[random") for p in other] == one  # same order and texts, another tag
+    prefixes = {p.split("\n")[0] for p in one}
+    assert len(prefixes) == 3 and all(len(p) == len(p.split("] ")[0]) + 2 + 200 for p in prefixes)
+    assert len(set(one)) == 12  # every question differs
+    assert [one.count(p) for p in one] == [1] * 12 and sorted(sum(q.startswith(p) for q in one)
+                                                               for p in prefixes) == [4, 4, 4]
+
+
+def test_closed_loop_runs_every_job_once_and_keeps_their_order() -> None:
+    done: list[int] = []
+
+    def job(i: int) -> Record:
+        done.append(i)
+        return Record(float(i), float(i), None, None, 200)
+
+    records = closed_loop([lambda i=i: job(i) for i in range(20)], 4)  # type: ignore[misc]
+    assert [r.start for r in records] == [float(i) for i in range(20)] and sorted(done) == list(range(20))
+
+
+def test_the_kill_report_classifies_each_request_by_where_and_when() -> None:
+    v, k = "127.0.0.2:8000", "127.0.0.3:8000"
+    records = [
+        Record(1.0, 2.0, v, None, 200),  # before the kill, done
+        Record(9.0, 10.5, v, None, None, "x: reset"),  # in flight on the victim at the kill (10), failed
+        Record(9.5, 10.2, k, None, 200),  # in flight on the survivor: not counted as the victim's
+        Record(11.0, 11.1, v, None, None, "x: refused"),  # sent to the dead victim before the drop
+        Record(12.0, 13.0, k, None, 200),
+        Record(21.0, 22.0, k, None, 200),  # after the drop (20)
+        Record(21.5, 22.0, k, None, 200),
+    ]
+    out = kill_report(records, v, k, 0.0, 10.0, 18.0, 20.0, PROBE)
+    assert {key: out[key] for key in ("requests", "failed", "in_flight_on_victim_at_kill", "failed_in_flight_at_kill",
+                                      "sent_to_victim_after_kill", "failed_sent_to_victim_after_kill",
+                                      "failed_elsewhere", "picks_of_victim_after_drop", "requests_after_drop",
+                                      "seconds_kill_to_not_ready", "seconds_kill_to_dropped")} == {
+        "requests": 7, "failed": 2, "in_flight_on_victim_at_kill": 1, "failed_in_flight_at_kill": 1,
+        "sent_to_victim_after_kill": 1, "failed_sent_to_victim_after_kill": 1, "failed_elsewhere": 0,
+        "picks_of_victim_after_drop": 0, "requests_after_drop": 2, "seconds_kill_to_not_ready": 8.0,
+        "seconds_kill_to_dropped": 10.0}
+    assert out["errors"] == [("x", 2)]
+
+
+def test_summary_counts_failures_and_takes_quantiles_of_the_successful() -> None:
+    records = [Record(0.0, 1.0, "a", 0.1 * (i + 1), 200) for i in range(10)] + [Record(0.0, 5.0, "a", None, None, "e")]
+    out = summary(records)
+    assert (out["n"], out["failed"], out["ttft_p50_s"], out["latency_p50_s"]) == (11, 1, 0.55, 1.0)
+    assert out["ttft_p99_s"] > 0.99 and out["errors"] == ["e"]
+
+
+def test_a_report_renders_to_markdown_and_a_plot(tmp_path: Path) -> None:
+    a_mode = {"n": 96, "failed": 0, "ttft_p50_s": 0.05, "ttft_p99_s": 0.2, "seconds": 10.0, "hit_rate": 0.5,
+              "per_server": {"a": 48, "b": 48}, "servers_per_prefix": {"1": 2, "2": 10},
+              "preemptions": 0.0}
+    flood = {"short": {"n": 10, "failed": 0, "ttft_p50_s": 0.1, "ttft_p99_s": 0.5},
+             "long": {"n": 50, "failed": 0, "latency_p50_s": 1.0, "per_s": 2.5}, "max_waiting": {"a": 3.0, "b": 4.0},
+             "preemptions": 7.0, "seconds": 20.0}
+    phase_b = {"runs": [{"repeat": 1, "classes": "without", **flood}, {"repeat": 1, "classes": "with", **flood}],
+               "pooled": {"without": {"short": flood["short"], "long": flood["long"]},
+                          "with": {"short": {**flood["short"], "ttft_p99_s": 0.25}, "long": flood["long"]}}}
+    kill = kill_report([Record(9.0, 10.5, "a", None, None, "x: reset"), Record(21.0, 22.0, "b", None, 200)],
+                       "a", "b", 0.0, 10.0, 18.0, 20.0, PROBE)
+    report = {"settings": asdict(Settings()), "vllm": "0.32.0", "epp": "v1.5.0", "cpus": 2, "when": "now",
+              "server_cache": {"num_gpu_blocks": "48", "block_size": "128"},
+              "phase_a": {"random": a_mode, "round-robin": a_mode, "picker": {**a_mode, "hit_rate": 0.8}},
+              "phase_b": phase_b, "phase_c": kill, "engine_cpu": {"a": 0, "b": 1}}
+    text = markdown(report)
+    assert "| picker | 96 (0) | 0.8 |" in text and "hit rate 1.60x" in text
+    assert "| 1 | with | 10 (0) | 0.1 | 0.5 | 50 (0) | 2.5 | 1.0 | - | 7 | 3 / 4 |" in text
+    assert "| all | **with** | 10 (0) | **0.1** | **0.25** |" in text and "p50 1.00x, p99 0.50x" in text
+    assert "| 2 | 1 | 1 (1) | 0 (0) | 0 | 8.0 | 10.0 | 0 (1) |" in text
+    plot(report, tmp_path / "routing.png")
+    assert (tmp_path / "routing.png").read_bytes()[:4] == b"\x89PNG"
