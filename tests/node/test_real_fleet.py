@@ -4,7 +4,8 @@ the locally built operator image, under the chart's ServiceAccount, talking to t
 locally built vLLM CPU image with the model from a PersistentVolumeClaim; its startup and readiness probes pass
 against the real server and a chat completion answers through the Service's ClusterIP. A max length vLLM refuses
 ends Ready=False with vLLM's own error line (the termination message) and an Event; a spec change rolls the
-fleet under steady load with no failed request.
+fleet under steady load with no failed request; the real HPA scales it on the real pod's queue (Prometheus and
+prometheus-adapter scraping the pod IPs) and the new pod serves part of the load.
 
 One engine for the module: starting vLLM costs minutes on a small machine. Nothing skips: a missing image
 input (the engine venv, Debian's packages, PyPI for the operator's requirements) fails the build fixtures, and
