@@ -4,7 +4,8 @@ the locally built operator image, under the chart's ServiceAccount, talking to t
 locally built vLLM CPU image with the model from a PersistentVolumeClaim; its startup and readiness probes pass
 against the real server and a chat completion answers through the Service's ClusterIP. A max length vLLM refuses
 ends Ready=False with vLLM's own error line (the termination message) and an Event; a spec change rolls the
-fleet under steady load with no failed request.
+fleet under steady load with no failed request; the real HPA scales it on the real pod's queue (Prometheus and
+prometheus-adapter scraping the pod IPs) and the new pod serves part of the load.
 
 One engine for the module: starting vLLM costs minutes on a small machine. Nothing skips: a missing image
 input (the engine venv, Debian's packages, PyPI for the operator's requirements) fails the build fixtures, and
@@ -17,20 +18,25 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pytest
+from bench.burst import Burst
 
+from qwen_fleet.render.metric_names import QUEUE_METRIC
 from qwen_fleet_dev.cluster import LocalCluster
 from qwen_fleet_dev.engine_image import EngineImage, ensure_engine_image
 from qwen_fleet_dev.local_fleet import apply, chat, cpu_fleet, model_volume, service_url, wait_for_answer
+from qwen_fleet_dev.metrics_stack import MetricsStack, chart_adapter_rules
 from qwen_fleet_dev.operator_image import OperatorImage, ensure_operator_image
 from qwen_fleet_dev.processes import wait_for
 from qwen_fleet_dev.realnode import NODE_NAME
+from tests.e2e.conftest import _ensure_metrics_binaries
 from tests.node.pods import get
 from tests.support.operator_chart import NAMESPACE, RELEASE, SERVICE_ACCOUNT, OperatorRelease, install_operator
-from tests.support.real_fleet import SteadyLoad
+from tests.support.real_fleet import FleetWatch, SteadyLoad, hpa_queue_value, pod_metrics
 
 # In `make test` (and alone: `make test-real-fleet`). A hang connecting to the fleet's ClusterIP after the pod was
 # Ready was seen once, in the stop that added the module, and never again (8 passed cold in 706.7 s, warm 604.1 s).
@@ -286,3 +292,107 @@ def test_a_preflight_bar_the_pod_cannot_meet_keeps_it_from_serving_and_the_resou
         assert events["items"] and events["items"][0]["type"] == "Warning"
     finally:
         real_cluster.kubectl("delete", "-n", fleet_ns, "qwi", "too-strict", "--wait=true", check=False, timeout=120)
+
+
+# The autoscaling test: the queue the HPA should see. maxNumSeqs is 8 (6 after the rollout test), so 24 clients
+# keep 16+ requests waiting on one pod: ceil(16 / 2) = 8 replicas wanted, maxReplicas 2 allowed.
+QUEUE_TARGET = 2
+BURST_CLIENTS = 24
+BURST_TOKENS = 256
+
+
+@pytest.fixture
+def fleet_metrics(real_cluster: LocalCluster, fleet_ns: str,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetricsStack]:
+    """Prometheus + prometheus-adapter with the chart's adapter rules, registered as custom.metrics.k8s.io. A 2 s
+    scrape (1 s in tests/e2e): a busy 1-CPU engine may take over a second to answer /metrics."""
+    _ensure_metrics_binaries()
+    stack = MetricsStack(real_cluster, chart_adapter_rules(real_cluster.bins.helm),
+                         tmp_path_factory.mktemp("fleet-metrics"), scrape_interval="2s").start()
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+def _ready_pods(watch: FleetWatch) -> list[dict[str, Any]]:
+    return [p for p in watch.pods() if any(c["type"] == "Ready" and c["status"] == "True"
+                                           for c in p["status"].get("conditions") or [])]
+
+
+def _desired(watch: FleetWatch) -> int | None:
+    return ((watch.hpa() or {}).get("status") or {}).get("desiredReplicas")
+
+
+def test_the_hpa_scales_the_fleet_on_the_real_server_s_queue_and_the_new_pod_serves(
+        real_cluster: LocalCluster, fleet_ns: str, fleet_metrics: MetricsStack, tmp_path: Path) -> None:
+    """Autoscaling turned on for the serving fleet (1 to 2 replicas, queue depth only). The real HPA controller
+    reads the real pod's vllm:num_requests_waiting through Prometheus (scraping the pod IP) and the adapter;
+    a burst through the Service's ClusterIP queues requests, the HPA scales the Deployment to 2, the kubelet
+    starts the second pod, its probes pass, and kube-proxy sends it part of the burst: its own
+    vllm:request_success_total rises. The node has 2 CPUs: the two 1-CPU engine pods fill it (the operator
+    asks for none). Times are printed, never asserted."""
+    watch = FleetWatch(real_cluster, fleet_metrics, fleet_ns, FLEET).start()
+    burst: Burst | None = None
+    figures: dict[str, Any] = {}
+    try:
+        (first,) = watch.pods()
+        real_cluster.kubectl("patch", "-n", fleet_ns, "qwi", FLEET, "--type=merge", "-p", json.dumps({"spec": {
+            "replicas": None, "autoscaling": {"enabled": True, "minReplicas": 1, "maxReplicas": 2,
+                                              "queueDepth": {"targetPerReplica": QUEUE_TARGET},
+                                              "kvCacheUsage": {"enabled": False}}}}))
+        # At rest the HPA reads the queue through the adapter (0) and wants the one replica there is.
+        wait_for("the HPA to read the queue at rest", lambda: hpa_queue_value(watch.hpa()) == 0
+                 and _desired(watch) == 1, 180, interval=1)
+        hpa = watch.hpa() or {}
+        assert [m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"]] == [QUEUE_METRIC]
+        assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": FLEET}
+        assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (1, 2)
+
+        burst = Burst(service_url(real_cluster, fleet_ns, FLEET), BURST_CLIENTS, max_tokens=BURST_TOKENS,
+                      limit_s=600, model=FLEET).start()
+        start = watch.now()
+        wait_for("the HPA to want 2 replicas", lambda: _desired(watch) == 2, 300, interval=1)
+        figures["burst_to_desired_2_s"] = round(watch.now() - start, 1)
+        wait_for("the Deployment scaled to 2", lambda: (watch.deployment() or {})["spec"]["replicas"] == 2, 60)
+        wait_for("a second Ready pod", lambda: len(_ready_pods(watch)) == 2, 600, interval=2)
+        figures["burst_to_second_pod_ready_s"] = round(watch.now() - start, 1)
+        (new,) = [p for p in _ready_pods(watch) if p["metadata"]["name"] != first["metadata"]["name"]]
+        figures["new_pod"] = new["metadata"]["name"]
+        assert new["spec"]["nodeName"] == NODE_NAME
+        # The burst goes only through the ClusterIP; the new pod's own counter says it answered part of it.
+        address = f"{new['status']['podIP']}:{first['spec']['containers'][0]['ports'][0]['containerPort']}"
+        wait_for("the new pod to answer requests", lambda: pod_metrics(address).get(
+            "vllm:request_success_total", 0) > 0, 180, interval=1)
+        figures["burst_to_new_pod_served_s"] = round(watch.now() - start, 1)
+        figures["new_pod_succeeded"] = pod_metrics(address)["vllm:request_success_total"]
+        # The HPA said why it scaled: the queue metric above its target.
+        events = json.loads(real_cluster.kubectl(
+            "get", "events", "-n", fleet_ns, "--field-selector",
+            f"involvedObject.kind=HorizontalPodAutoscaler,involvedObject.name={FLEET},reason=SuccessfulRescale",
+            "-o", "json").stdout)["items"]
+        assert any("New size: 2" in e["message"] and f"{QUEUE_METRIC} above target" in e["message"]
+                   for e in events), [e["message"] for e in events]
+        time.sleep(5)  # a few more samples of the fleet at 2 for the record
+    finally:
+        if burst is not None:
+            burst.stop()
+        watch.stop()
+        print(f"autoscaling on the real node: notes {watch.notes[-8:]}")
+        real_cluster.kubectl("patch", "-n", fleet_ns, "qwi", FLEET, "--type=merge", "-p", json.dumps(
+            {"spec": {"replicas": 1, "autoscaling": {"enabled": False}}}), check=False)
+    samples = [s for s in watch.samples if s.t >= start]
+    figures.update(
+        hpa_queue_seen=sorted({s.hpa_queue for s in samples if s.hpa_queue is not None}),
+        first_pod_waiting_max=max((s.waiting.get(first["metadata"]["name"], 0) for s in samples), default=None),
+        burst_done=burst.done if burst else 0, burst_failed=burst.failed if burst else 0)
+    (tmp_path / "autoscaling.json").write_text(json.dumps(
+        {"figures": figures, "samples": [asdict(s) for s in watch.samples]}, indent=1))
+    print(f"autoscaling on the real node: {json.dumps(figures)} (samples: {tmp_path / 'autoscaling.json'})")
+    # The HPA read a queue above its target, on the pod's own waiting requests; no request failed.
+    assert max(figures["hpa_queue_seen"]) > QUEUE_TARGET, figures
+    assert figures["first_pod_waiting_max"] > QUEUE_TARGET, figures
+    assert burst is not None and burst.failed == 0, burst.errors
+    # Back to one replica once autoscaling is off again: the fleet is left as the module's other tests found it.
+    wait_for("the fleet back at one Ready pod", lambda: len(watch.pods()) == 1 and len(_ready_pods(watch)) == 1
+             and watch.hpa() is None, 300, interval=2)
