@@ -48,6 +48,9 @@ class Plan:
     # The kinds spec.routing makes that come from other projects' CRDs (InferencePool; InferenceObjective with
     # priority classes; HTTPRoute with a gateway): reconcile/workload.py stalls a spec whose kind is not served.
     routing_kinds: tuple[str, ...] = ()
+    # autoscaling.scaleToZero (engine keda): the KEDA HTTP add-on's InterceptorRoute is made, so its CRD must be
+    # served (reconcile/workload.py).
+    scale_to_zero: bool = False
 
     @property
     def feasible(self) -> bool:
@@ -108,6 +111,7 @@ def make_plan(cr: QwenInference, config: OperatorConfig) -> Plan:
         autoscaler=None if not autoscaling.enabled else (
             "ScaledObject" if autoscaling.engine == "keda" else "HorizontalPodAutoscaler"),
         routing_kinds=_routing_kinds(spec),
+        scale_to_zero=autoscaling.enabled and autoscaling.engine == "keda" and autoscaling.scale_to_zero is not None,
     )
 
 

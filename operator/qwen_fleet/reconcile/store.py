@@ -53,6 +53,9 @@ def pod_summary(body: Mapping[str, Any]) -> dict[str, Any]:
     """What status needs to know about one pod: scheduling trouble, crash loops, the preflight report."""
     meta, st = body.get("metadata") or {}, body.get("status") or {}
     out: dict[str, Any] = {"name": meta.get("name"), "phase": st.get("phase")}
+    # The timestamps of a start (reconcile/cold_start.py): creation, scheduled, vLLM running, Ready.
+    if meta.get("creationTimestamp"):
+        out["createdAt"] = meta["creationTimestamp"]
     labels = meta.get("labels") or {}
     if str(labels.get(GROUP_INDEX_LABEL, "")).isdigit():  # a pod of a LeaderWorkerSet group (set by LWS)
         out["group"] = int(labels[GROUP_INDEX_LABEL])
@@ -61,9 +64,15 @@ def pod_summary(body: Mapping[str, Any]) -> dict[str, Any]:
     for cond in st.get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
             out["unschedulable"] = cond.get("message") or cond.get("reason")
+        if cond.get("type") in ("PodScheduled", "Ready") and cond.get("status") == "True" \
+                and cond.get("lastTransitionTime"):
+            out["scheduledAt" if cond["type"] == "PodScheduled" else "readyAt"] = cond["lastTransitionTime"]
     for cs in st.get("containerStatuses") or []:
         if cs.get("name") != CONTAINER_NAME:
             continue
+        running = (cs.get("state") or {}).get("running") or {}
+        if running.get("startedAt"):
+            out["startedAt"] = running["startedAt"]
         waiting = (cs.get("state") or {}).get("waiting")
         if waiting:
             out["waitingReason"], out["waitingMessage"] = waiting.get("reason"), waiting.get("message", "")
