@@ -49,6 +49,7 @@ INTERCEPTOR_DEPLOYMENT = PREFIX + "interceptor"
 # The interceptor's "pod" as the admin Service's EndpointSlice names it (see the module's docstring).
 INTERCEPTOR_HOST = f"{PREFIX}interceptor.{NAMESPACE}.local"
 COMMANDS = ("interceptor", "scaler", "operator")
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy from the environment
 
 
 def home() -> Path:
@@ -152,7 +153,7 @@ class KedaHttpAddOn:
     def counts(self) -> dict[str, Any]:
         """The interceptor's counts per route (its admin /queue, what the scaler polls): held and in flight
         requests (Concurrency) and the total (RequestCount), keyed ``<namespace>/<route>``."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/queue", timeout=5) as resp:
+        with _DIRECT.open(f"http://127.0.0.1:{self.admin_port}/queue", timeout=5) as resp:
             return dict(json.load(resp))
 
     # --- internals ------------------------------------------------------------------------------------
@@ -221,7 +222,7 @@ class KedaHttpAddOn:
 
 
 def _http_ok(url: str) -> bool:
-    with urllib.request.urlopen(url, timeout=2) as resp:
+    with _DIRECT.open(url, timeout=2) as resp:
         return bool(resp.status == 200)
 
 

@@ -54,6 +54,7 @@ def _diagnose(env: Env, fleet: str, ns: str) -> str:
             f"--- operator ---\n{env.operator.tail(20)}")
 
 
+@pytest.mark.timeout(1800)  # the environment, the idle period twice, an engine start on a loaded machine
 def test_an_idle_fleet_goes_to_zero_and_held_requests_wake_it_with_none_lost(
         zero_env: tuple[Env, str, str, Path]) -> None:
     env, model, python, workdir = zero_env
@@ -111,6 +112,7 @@ def test_a_request_is_held_for_the_hold_timeout_then_answered_504(zero_env: tupl
     """A fleet whose replica never becomes ready: the interceptor holds a request for holdTimeoutSeconds (the
     route's readiness timeout), then answers 504 Gateway Timeout; never sooner."""
     env, _model, _python, _workdir = zero_env
+    assert env.add_on is not None
     fleet, hold = "never", 60
     env.cluster.kubectl("create", "namespace", "zero-hold", check=False)
     env.cluster.kubectl("apply", "-n", "zero-hold", "-f", "-",
@@ -129,5 +131,7 @@ def test_a_request_is_held_for_the_hold_timeout_then_answered_504(zero_env: tupl
     assert answers and answers[0].done is not None, _diagnose(env, fleet, "zero-hold")
     answer = answers[0]
     assert answer.status == 504, (answer, _diagnose(env, fleet, "zero-hold"))
-    assert "backend not ready" in answer.body, answer
+    # http.Error(w, StatusText(504)) (interceptor/handler/static.go); the log says "backend not ready".
+    assert answer.body.strip() == "Gateway Timeout", answer
+    assert "backend not ready" in env.add_on.components["keda-http-interceptor"].tail(200), env.add_on.tail(10)
     assert answer.done - answer.sent >= hold, answer
