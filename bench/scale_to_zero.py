@@ -39,7 +39,7 @@ from typing import Any
 from bench.autoscaling import ENGINE_ENV, EarlyVllmServer
 from bench.keda_vs_hpa import Env, environment
 from qwen_fleet import versions
-from qwen_fleet.render.common import INSTANCE_LABEL
+from qwen_fleet.render.common import CONTAINER_NAME, INSTANCE_LABEL
 from qwen_fleet_dev.cluster import LocalCluster, free_port
 from qwen_fleet_dev.metrics_stack import PodTarget
 
@@ -116,6 +116,8 @@ class EngineKubelet:
                     log_path=self.workdir / f"vllm-{name}.log").begin()
                 self.marks["engine_started"] = time.monotonic()
                 self._report(pod, ready=False)
+            elif name in self.engines and not self.engines[name].running():
+                raise RuntimeError(f"the engine of pod {name} exited:\n{self.engines[name].tail()}")
             elif name in self.engines and not deleting and not _ready(pod) and _serves(self.engines[name]):
                 self.marks["engine_healthy"] = time.monotonic()
                 self.env.stack.set_pod_targets([PodTarget(f"{self.address}:{self.service_port}", self.namespace,
@@ -147,14 +149,16 @@ class EngineKubelet:
             {"type": "Initialized", "status": "True", "lastTransitionTime": started},
             {"type": "ContainersReady", "status": ready_state, "lastTransitionTime": now},
             {"type": "Ready", "status": ready_state, "lastTransitionTime": now}]
-        container = pod["spec"]["containers"][0]
+        container = next(c for c in pod["spec"]["containers"] if c["name"] == CONTAINER_NAME)
         patch = {"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "startTime": started,
                             "conditions": conditions,
                             "containerStatuses": [{"name": container["name"], "image": container["image"],
                                                    "imageID": "", "ready": ready, "started": True,
                                                    "restartCount": 0, "state": {"running": {"startedAt": started}}}]}}
-        self.env.cluster.kubectl("patch", "pod", pod["metadata"]["name"], "-n", self.namespace,
-                                 "--subresource=status", "--type=merge", "-p", json.dumps(patch))
+        done = self.env.cluster.kubectl("patch", "pod", pod["metadata"]["name"], "-n", self.namespace,
+                                        "--subresource=status", "--type=merge", "-p", json.dumps(patch), check=False)
+        if done.returncode != 0 and "NotFound" not in done.stderr:  # a pod deleted meanwhile is no failure
+            raise RuntimeError(f"reporting pod {pod['metadata']['name']}'s status failed: {done.stderr}")
 
 
 def _serves(server: EarlyVllmServer) -> bool:
