@@ -182,6 +182,8 @@ class Answer:
     status: int | None = None
     body: str = ""
     cold_start_header: str | None = None  # the interceptor's X-KEDA-HTTP-Cold-Start
+    choices: int | None = None  # of a 200 answer's JSON: the completions the engine returned
+    completion_tokens: int | None = None
 
 
 def send(env: Env, namespace: str, index: int, out: list[Answer], fleet: str = FLEET) -> None:
@@ -196,6 +198,10 @@ def send(env: Env, namespace: str, index: int, out: list[Answer], fleet: str = F
         with _DIRECT.open(req, timeout=HOLD_SECONDS + 120) as resp:
             answer.status, answer.body = int(resp.status), resp.read().decode()
             answer.cold_start_header = resp.headers.get("X-KEDA-HTTP-Cold-Start")
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            parsed = json.loads(answer.body)
+            answer.choices = len(parsed["choices"])
+            answer.completion_tokens = int(parsed["usage"]["completion_tokens"])
     except urllib.error.HTTPError as err:
         answer.status, answer.body = err.code, err.read().decode(errors="replace")
     except OSError as err:

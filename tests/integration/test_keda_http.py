@@ -80,7 +80,7 @@ def test_an_idle_fleet_goes_to_zero_and_held_requests_wake_it_with_none_lost(
     # ... and answered every one, none lost, each only after the pod was Ready (an engine served).
     answers = cycle["answers"]
     assert [a["status"] for a in answers] == [200] * REQUESTS, answers
-    assert all(json.loads(a["body"])["choices"] for a in answers), answers
+    assert all(a["choices"] == 1 and a["completion_tokens"] >= 1 for a in answers), answers
     assert all(a["done"] >= cycle["pod_ready_s"] for a in answers), (cycle["pod_ready_s"], answers)
     # The interceptor says each waited for a cold start (X-KEDA-HTTP-Cold-Start, interceptor/middleware/
     # endpoint_resolver.go: true when the request waited for a ready endpoint).
@@ -131,7 +131,6 @@ def test_a_request_is_held_for_the_hold_timeout_then_answered_504(zero_env: tupl
     assert answers and answers[0].done is not None, _diagnose(env, fleet, "zero-hold")
     answer = answers[0]
     assert answer.status == 504, (answer, _diagnose(env, fleet, "zero-hold"))
-    # http.Error(w, StatusText(504)) (interceptor/handler/static.go); the log says "backend not ready".
+    # http.Error(w, StatusText(504)) (interceptor/handler/static.go).
     assert answer.body.strip() == "Gateway Timeout", answer
-    assert "backend not ready" in env.add_on.components["keda-http-interceptor"].tail(200), env.add_on.tail(10)
     assert answer.done - answer.sent >= hold, answer
