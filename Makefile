@@ -68,7 +68,7 @@ test-keda: setup ## the real KEDA operator and metrics apiserver (built first wh
 	hack/build-binaries.sh keda
 	$(VENV)/bin/pytest -p no:cacheprovider -m keda_controller tests/integration $(PYTEST_ARGS)
 
-test-keda-http: setup ## scale to zero with the real KEDA HTTP add-on and KEDA (built first when missing: ~40 min cold)
+test-keda-http: setup ## scale to zero with the real KEDA HTTP add-on and KEDA (built first when missing: KEDA ~25 min cold, then the add-on)
 	hack/build-binaries.sh keda keda-http
 	$(VENV)/bin/pytest -p no:cacheprovider -m keda_http tests/integration $(PYTEST_ARGS)
 
@@ -122,7 +122,7 @@ validate-manifests: venv ## kubeconform -strict: helm template (every tested val
 bench: venv binaries ## benchmarks; figures go to bench/results/
 	$(PY) -m bench.run
 
-bench-scale-to-zero: venv binaries ## (builds KEDA and its HTTP add-on first when missing) cold starts from zero through the add-on, ~8 min; bench/results/scale-to-zero.{md,json}
+bench-scale-to-zero: venv binaries ## (builds KEDA and its HTTP add-on first when missing) cold starts from zero through the add-on, ~9 min; bench/results/scale-to-zero.{md,json}
 	$(PY) -m bench.scale_to_zero
 
 bench-keda: venv binaries ## (builds KEDA first when missing) the same queue surge through the HPA path and the real KEDA, side by side, ~2 min; bench/results/keda-vs-hpa.{md,json}

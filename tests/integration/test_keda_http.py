@@ -33,7 +33,7 @@ from bench.scale_to_zero import (
 from qwen_fleet_dev.cluster import free_port
 from tests.support.kube import condition, events_for, get, wait_until
 
-# Outside `make test` (`make test-keda-http`): the add-on's and KEDA's cold builds take ~40 min on 2 cores.
+# Outside `make test` (`make test-keda-http`): KEDA's cold build takes ~25 min on 2 cores, then the add-on's.
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm, pytest.mark.slow, pytest.mark.keda_http]
 NS = "zero-live"
 
