@@ -216,8 +216,8 @@ def test_the_status_at_zero_is_ready_and_waking_is_scaling_from_zero_with_normal
     cr = _cr(SPEC)
     plan = make_plan(cr, OperatorConfig())
     sent: list[tuple[str, str, str]] = []
-    controller = Controller(None, OperatorConfig(), Store(), emit=lambda _r, type_, reason, msg: sent.append(
-        (type_, reason, msg)))  # type: ignore[arg-type]
+    controller = Controller(None, OperatorConfig(), Store(),  # type: ignore[arg-type]
+                            emit=lambda _r, type_, reason, msg: sent.append((type_, reason, msg)))
     serving = compute_status(None, 1, Outcome.applied(), plan, Observed(deployment=_dep(1)), "2026-12-01T20:00:00Z")
     assert serving["autoscaling"] == {"engine": "keda", "scaledToZero": False}
     at_zero = compute_status(serving, 1, Outcome.applied(), plan, Observed(deployment=_dep(0)), ZERO_AT)
@@ -245,3 +245,136 @@ def test_the_status_at_zero_is_ready_and_waking_is_scaling_from_zero_with_normal
     assert [(t, r) for t, r, _ in sent] == [("Normal", "ColdStart"), ("Normal", "Ready")]
     assert sent[0][2] == ("started from zero in 72 s: pod big-1 Ready 72 s after it was created (scheduling 0 s, "
                           "container start 2 s, engine start 70 s)")
+
+
+# --- a cold start that downloads the model: a warning, not a refusal ---------------------------------------------
+
+HUB_MODEL = "Qwen/Qwen3-4B-Instruct-2507"
+
+
+@pytest.mark.parametrize(("model", "want"), [
+    pytest.param({"name": HUB_MODEL}, ("False", "ModelNotCached"), id="huggingFace, no cache"),
+    pytest.param({"name": HUB_MODEL, "source": {"modelScope": {}}}, ("False", "ModelNotCached"),
+                 id="modelScope, no cache"),
+    pytest.param({"name": HUB_MODEL, "cache": {"size": "20Gi"}}, ("True", "ModelCached"), id="cache"),
+    pytest.param({"name": HUB_MODEL, "cache": {"size": "20Gi", "prefetch": {"enabled": True}}},
+                 ("True", "ModelPrefetched"), id="cache and prefetch"),
+    pytest.param({"name": HUB_MODEL, "source": {"pvc": {"claimName": "weights"}}}, ("True", "ModelOnClaim"),
+                 id="pvc source"),
+])
+def test_a_fleet_that_scales_to_zero_says_whether_a_cold_start_downloads_the_model(
+        model: dict[str, Any], want: tuple[str, str]) -> None:
+    spec = {**copy.deepcopy(SPEC), "model": model, "engine": {"maxModelLen": 8192}}
+    plan = make_plan(_cr(spec), OperatorConfig())
+    assert plan.feasible  # a warning: the fleet is made all the same
+    status = compute_status(None, 1, Outcome.applied(), plan, Observed(deployment=_dep(1)), ZERO_AT)
+    (cond,) = [c for c in status["conditions"] if c["type"] == "ModelCached"]
+    assert (cond["status"], cond["reason"]) == want
+    assert next(c for c in status["conditions"] if c["type"] == "Ready")["status"] == "True"
+    if want[0] == "False":
+        assert "model.cache" in cond["message"] and "prefetch" in cond["message"] and HUB_MODEL in cond["message"]
+
+
+def test_the_download_warning_is_a_warning_event_once_and_only_with_scale_to_zero() -> None:
+    from qwen_fleet.reconcile.controller import Controller, Result
+    from qwen_fleet.reconcile.store import Store
+
+    sent: list[tuple[str, str]] = []
+    controller = Controller(None, OperatorConfig(), Store(),  # type: ignore[arg-type]
+                            emit=lambda _r, type_, reason, _m: sent.append((type_, reason)))
+    plan = make_plan(_cr(SPEC), OperatorConfig())
+    first = compute_status(None, 1, Outcome.applied(), plan, Observed(deployment=_dep(1)), ZERO_AT)
+    controller._events({}, {}, first, Result(Outcome.applied()))
+    assert ("Warning", "ModelNotCached") in sent
+    sent.clear()
+    again = compute_status(first, 1, Outcome.applied(), plan, Observed(deployment=_dep(1)), ZERO_AT)
+    controller._events({}, first, again, Result(Outcome.applied()))
+    assert sent == []
+    plain = copy.deepcopy(SPEC)
+    plain["autoscaling"]["minReplicas"] = 1
+    del plain["autoscaling"]["scaleToZero"]
+    plain_plan = make_plan(_cr(plain), OperatorConfig())
+    status = compute_status(None, 1, Outcome.applied(), plain_plan, Observed(deployment=_dep(1)), ZERO_AT)
+    assert plain_plan.cold_start_weights is None
+    assert all(c["type"] != "ModelCached" for c in status["conditions"])
+
+
+# --- the route and the proxy Service go when scale to zero goes --------------------------------------------------
+
+
+def _rendered(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    cr = _cr(spec)
+    return render_children(cr, make_plan(cr, OperatorConfig()), ALL_CAPABILITIES)
+
+
+def _stored(children: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    out = {}
+    for i, child in enumerate(copy.deepcopy(children)):
+        child["metadata"].update({"uid": f"c-{i}", "resourceVersion": str(100 + i)})
+        out[(child["kind"], child["metadata"]["name"])] = child
+    return out
+
+
+def test_the_proxy_service_waits_for_the_route_and_is_owned_by_it_not_by_the_fleet() -> None:
+    from qwen_fleet.reconcile.changes import plan_changes
+
+    desired = _rendered(SPEC)
+    new = plan_changes(desired, {})
+    assert ("Service", "big-proxy") not in [a.key for a in new.applies]
+    assert ("InterceptorRoute", "big") in [a.key for a in new.applies]
+    route = {**_stored([c for c in desired if c["kind"] == "InterceptorRoute"])[("InterceptorRoute", "big")]}
+    route["metadata"]["uid"] = "route-uid"
+    observed = {**_stored([c for c in desired if c["kind"] != "Service" or c["metadata"]["name"] == "big"]),
+                ("InterceptorRoute", "big"): route}
+    then = plan_changes(desired, observed)
+    (proxy,) = [a for a in then.applies if a.key == ("Service", "big-proxy")]
+    assert proxy.obj["metadata"]["ownerReferences"] == [
+        {"apiVersion": "http.keda.sh/v1beta1", "kind": "InterceptorRoute", "name": "big", "uid": "route-uid",
+         "controller": True}]
+    # A route being deleted is no owner to take: the Service waits for the new one.
+    going = copy.deepcopy(observed)
+    going[("InterceptorRoute", "big")]["metadata"]["deletionTimestamp"] = ZERO_AT
+    assert ("Service", "big-proxy") not in [a.key for a in plan_changes(desired, going).applies]
+
+
+def _served_with_proxy(spec: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """A fleet that scales to zero as the apiserver holds it: the proxy Service owned by the route."""
+    observed = _stored(_rendered(spec))
+    route_uid = observed[("InterceptorRoute", "big")]["metadata"]["uid"]
+    refs = observed[("Service", "big-proxy")]["metadata"]["ownerReferences"]
+    refs[0]["uid"] = route_uid
+    return observed
+
+
+@pytest.mark.parametrize("change", ["scaleToZero off", "engine hpa", "autoscaling off"])
+def test_turning_scale_to_zero_off_deletes_the_route_and_the_garbage_collector_takes_the_proxy(change: str) -> None:
+    from qwen_fleet.reconcile.changes import plan_changes
+    from qwen_fleet.reconcile.store import owner_key
+
+    observed = _served_with_proxy(SPEC)
+    spec = copy.deepcopy(SPEC)
+    auto = spec["autoscaling"]
+    del auto["scaleToZero"]
+    auto["minReplicas"] = 1
+    if change == "engine hpa":
+        auto["engine"] = "hpa"
+        del auto["keda"]
+    elif change == "autoscaling off":
+        spec["autoscaling"] = {"enabled": False}
+    changes = plan_changes(_rendered(spec), observed)
+    assert ("InterceptorRoute", "big") in [(p.kind, p.name) for p in changes.prune]
+    assert all(p.kind != "Service" for p in changes.prune)  # the operator deletes no Service ...
+    proxy = observed[("Service", "big-proxy")]
+    (ref,) = proxy["metadata"]["ownerReferences"]  # ... the garbage collector does, once its only owner is gone
+    assert (ref["kind"], ref["name"], ref["uid"]) == (
+        "InterceptorRoute", "big", observed[("InterceptorRoute", "big")]["metadata"]["uid"])
+    assert owner_key(proxy) == ("llm", "big")  # still seen as the fleet's child while it lasts
+
+
+def test_keda_s_own_hpa_is_never_taken_for_a_child() -> None:
+    from qwen_fleet.reconcile.store import owner_key
+
+    # KEDA copies the ScaledObject's labels onto its HPA and makes the ScaledObject its controller.
+    hpa = {"metadata": {"name": "keda-hpa-big", "namespace": "llm", "ownerReferences": [
+        {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "name": "big", "uid": "so", "controller": True}]}}
+    assert owner_key(hpa) is None

@@ -272,7 +272,8 @@ class QwenInferenceStatus(ApiModel):
                                         "Reconciling and Stalled (kstatus, as Flux and Argo CD read them), "
                                         "plus ScalingActive/ScalingLimited mirrored from the HPA (engine "
                                         "hpa) or ScaledObjectReady/ScaledObjectFallback from KEDA's "
-                                        "ScaledObject (engine keda).",
+                                        "ScaledObject (engine keda), and with scaleToZero ModelCached (False: "
+                                        "every cold start downloads the model; set model.cache).",
                                         json_schema_extra={"x-kubernetes-list-type": "map",
                                                            "x-kubernetes-list-map-keys": ["type"]})
     replicas: int | None = Field(default=None, description="Pods of the fleet (scale subresource).")

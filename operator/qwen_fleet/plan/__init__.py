@@ -51,6 +51,10 @@ class Plan:
     # autoscaling.scaleToZero (engine keda): the KEDA HTTP add-on's InterceptorRoute is made, so its CRD must be
     # served (reconcile/workload.py).
     scale_to_zero: bool = False
+    # With scale to zero, where a cold start gets the weights (reconcile/cold_start.py model_cached_condition):
+    # "claim" (source.pvc), "prefetched" (model.cache with prefetch), "cached" (model.cache), "downloaded" (a hub
+    # source without model.cache: every new pod downloads them again). None without scale to zero.
+    cold_start_weights: str | None = None
 
     @property
     def feasible(self) -> bool:
@@ -89,6 +93,7 @@ def make_plan(cr: QwenInference, config: OperatorConfig) -> Plan:
     from qwen_fleet.plan.planner import assess  # the capacity part has its own module
 
     capacity, problems, warnings = assess(spec)
+    scale_to_zero = autoscaling.enabled and autoscaling.engine == "keda" and autoscaling.scale_to_zero is not None
     serving, serving_problems = plan_serving(spec, spec.model.served_model_name or cr.name)
     return Plan(
         name=cr.name,
@@ -111,8 +116,18 @@ def make_plan(cr: QwenInference, config: OperatorConfig) -> Plan:
         autoscaler=None if not autoscaling.enabled else (
             "ScaledObject" if autoscaling.engine == "keda" else "HorizontalPodAutoscaler"),
         routing_kinds=_routing_kinds(spec),
-        scale_to_zero=autoscaling.enabled and autoscaling.engine == "keda" and autoscaling.scale_to_zero is not None,
+        scale_to_zero=scale_to_zero,
+        cold_start_weights=_cold_start_weights(spec) if scale_to_zero else None,
     )
+
+
+def _cold_start_weights(spec: QwenInferenceSpec) -> str:
+    model = spec.model
+    if model.source.pvc is not None:
+        return "claim"
+    if model.cache is None:
+        return "downloaded"
+    return "prefetched" if model.cache.prefetch.enabled else "cached"
 
 
 def _routing_kinds(spec: QwenInferenceSpec) -> tuple[str, ...]:

@@ -10,6 +10,11 @@ took. Pure: the old status, the workload and pod summaries (reconcile/store.py p
   per start from zero and kept until the next one. Timestamps are the API's, whole seconds.
 
 For a multi-node fleet (a LeaderWorkerSet group per replica) the leaders count: they serve, the workers do not.
+
+And one condition, ``ModelCached``, on a fleet that scales to zero: whether a cold start reads the weights from a
+volume or downloads them. False (reason ``ModelNotCached``, a Warning Event) for a hub source without
+``model.cache``: it works, but every start from zero downloads the model again into the new pod's emptyDir, and the
+held request waits for that download. A warning, not a refusal: a small model on a fast mirror may be fine.
 """
 
 from __future__ import annotations
@@ -114,3 +119,25 @@ def describe(cold: Mapping[str, Any]) -> str:
     detail = f" ({', '.join(parts)})" if parts else ""
     return f"started from zero in {cold['seconds']} s: pod {cold['pod']} Ready {cold['seconds']} s after it was " \
            f"created{detail}"
+
+
+MODEL_CACHED = "ModelCached"
+NOT_CACHED = "ModelNotCached"
+
+
+def model_cached_condition(weights: str, model: str) -> tuple[str, str, str]:
+    """(status, reason, message) of ``ModelCached`` for a fleet that scales to zero (plan.cold_start_weights)."""
+    if weights == "claim":
+        return "True", "ModelOnClaim", "a cold start reads the weights from model.source.pvc"
+    if weights == "prefetched":
+        return "True", "ModelPrefetched", ("a cold start reads the weights from model.cache, filled once by the "
+                                           "prefetch Job; the engine starts offline")
+    if weights == "cached":
+        return "True", MODEL_CACHED, ("a cold start reads the weights from model.cache once a first pod has "
+                                      "downloaded them (model.cache.prefetch downloads them before any replica)")
+    return "False", NOT_CACHED, (
+        f"autoscaling.scaleToZero starts a new pod for the first request after every idle period, and without "
+        f"model.cache each new pod downloads {model} again (into an emptyDir that goes with the pod): the held "
+        "request waits for the download on every cold start. Set model.cache (a claim the pods share) and "
+        "model.cache.prefetch (the download then happens once, before any replica) so that a cold start loads the "
+        "weights from disk.")

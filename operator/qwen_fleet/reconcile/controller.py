@@ -21,6 +21,7 @@ from qwen_fleet.api.messages import validation_message
 from qwen_fleet.config import OperatorConfig
 from qwen_fleet.plan import Plan, make_plan
 from qwen_fleet.reconcile.changes import AUTOSCALER_KINDS, HANDOVER_MANAGER, ChangeSet, plan_changes
+from qwen_fleet.reconcile.cold_start import MODEL_CACHED
 from qwen_fleet.reconcile.cold_start import describe as describe_cold_start
 from qwen_fleet.reconcile.kube import KubeClient, KubeError
 from qwen_fleet.reconcile.prefetch import Prefetch, prefetch_of
@@ -248,6 +249,9 @@ class Controller:
                 self.emit(raw, "Normal", cond["reason"], cond["message"])
             elif cond["type"] == "Ready" and prev is not None and prev.get("status") == "True":
                 self.emit(raw, "Warning", "NotReady", f"{cond['reason']}: {cond['message']}")
+            elif cond["type"] == MODEL_CACHED and cond["status"] == "False":
+                # Scale to zero downloading the model at every cold start: it works, slowly (cold_start.py).
+                self.emit(raw, "Warning", cond["reason"], cond["message"])
             elif cond["type"] == "ScaledObjectFallback" and cond["status"] == "True":
                 # KEDA's queries fail and it holds a fallback count: the fleet no longer follows its load.
                 self.emit(raw, "Warning", "ScaledObjectFallbackTrue", cond["message"])

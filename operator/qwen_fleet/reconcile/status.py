@@ -14,7 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from qwen_fleet.plan import Plan
-from qwen_fleet.reconcile.cold_start import scale_to_zero_status, scaling_from_zero
+from qwen_fleet.reconcile.cold_start import (
+    MODEL_CACHED,
+    model_cached_condition,
+    scale_to_zero_status,
+    scaling_from_zero,
+)
 from qwen_fleet.reconcile.prefetch import Prefetch, failed_message
 from qwen_fleet.render.keda import keda_hpa_name
 
@@ -215,6 +220,9 @@ def compute_status(old_status: dict[str, Any] | None, generation: int, outcome: 
             conds = [condition(old, "Ready", "False", "ScalingFromZero", msg, generation, now),
                      condition(old, "Reconciling", "True", "ScalingFromZero", msg, generation, now),
                      conds[2]]
+        if plan.cold_start_weights is not None:
+            cached, why, words = model_cached_condition(plan.cold_start_weights, plan.model_ref)
+            scaling.append(condition(old, MODEL_CACHED, cached, why, words, generation, now))
     status["conditions"] = conds + scaling
     dep_status = (observed.deployment or {}).get("status") or {}
     for key in ("replicas", "readyReplicas", "updatedReplicas", "availableReplicas"):

@@ -21,17 +21,26 @@ from qwen_fleet.reconcile.queue import Key
 from qwen_fleet.render.common import CONTAINER_NAME, INSTANCE_LABEL
 from qwen_fleet.render.deployment import PREFLIGHT_CONTAINER
 from qwen_fleet.render.leaderworkerset import GROUP_INDEX_LABEL, WORKER_INDEX_LABEL
+from qwen_fleet.render.scale_to_zero import INTERCEPTOR_ROUTE_API
 
 ChildKey = tuple[str, str]  # (kind, name)
 # A line that reports an error: "ValueError: ...", "pydantic_core...ValidationError: ...", "api_server.py: error: ..."
 _ERROR_LINE = re.compile(r"(Error|Exception)\b.*:|\berror: ")
 
 
+# Children owned by another child rather than by the QwenInference itself: the scale-to-zero proxy Service, owned
+# by the fleet's InterceptorRoute (render/scale_to_zero.py), which is named as the fleet. Only these: KEDA's own HPA
+# is controlled by the fleet's ScaledObject and carries its labels, and must never count as a child (it would be
+# pruned).
+CHILD_OWNERS = {(INTERCEPTOR_ROUTE_API, "InterceptorRoute")}
+
+
 def owner_key(body: Mapping[str, Any]) -> Key | None:
     """The QwenInference that controls this child, from its ownerReferences."""
     meta = body.get("metadata") or {}
     for ref in meta.get("ownerReferences") or []:
-        if ref.get("kind") == KIND and ref.get("apiVersion") == API_VERSION and ref.get("controller"):
+        owner = (ref.get("apiVersion"), ref.get("kind"))
+        if ref.get("controller") and (owner == (API_VERSION, KIND) or owner in CHILD_OWNERS):
             return (str(meta.get("namespace") or ""), str(ref.get("name")))
     return None
 

@@ -14,6 +14,10 @@ to 1 at once, outside its polling loop (KEDA pkg/scaling/scale_handler.go startP
   only marks it Ready), so ours stays the fleet's one autoscaler;
 - a Service ``<fleet>-proxy`` of type ExternalName for the interceptor's proxy Service: an in-cluster address
   that works at zero replicas (the fleet's own Service has no endpoint then, and a connection to it is refused).
+  Its owner is the InterceptorRoute, not the QwenInference: when scale to zero is turned off (or the engine
+  switched) the operator deletes the route, and the garbage collector takes the Service with it. The operator
+  itself is never given `delete` on Services (reconcile/kinds.py). The route's uid is known only once it exists,
+  so the rendered reference has none; reconcile/changes.py fills it in (and holds the Service back until then).
 """
 
 from __future__ import annotations
@@ -101,16 +105,26 @@ def render_interceptor_route(cr: QwenInference, stz: ScaleToZero) -> dict[str, A
     }
 
 
+def route_owner(cr: QwenInference) -> dict[str, Any]:
+    """The proxy Service's owner: the fleet's InterceptorRoute, by kind and name (changes.py adds its uid).
+    Without blockOwnerDeletion: that would need `update` on interceptorroutes/finalizers where the
+    OwnerReferencesPermissionEnforcement admission plugin is on, and nothing waits for the Service to go."""
+    return {"apiVersion": INTERCEPTOR_ROUTE_API, "kind": "InterceptorRoute", "name": cr.name, "controller": True}
+
+
 def render_proxy_service(cr: QwenInference, stz: ScaleToZero) -> dict[str, Any]:
     add_on = stz.http_add_on
     target = f"{add_on.interceptor_service}.{add_on.namespace}.svc.{add_on.cluster_domain}"
     # Not the pods' selector label: the fleet's ServiceMonitor selects Services by it, and this one has no pods.
     labels = {k: v for k, v in common_labels(cr).items() if k != INSTANCE_LABEL}
     labels["app.kubernetes.io/component"] = "interceptor-route"
+    meta = metadata(cr, name=proxy_service_name(cr), labels=labels)
+    if "ownerReferences" in meta:  # the operator's render (an offline render has no owners at all)
+        meta["ownerReferences"] = [route_owner(cr)]
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": metadata(cr, name=proxy_service_name(cr), labels=labels),
+        "metadata": meta,
         "spec": {
             "type": "ExternalName",
             "externalName": target,
