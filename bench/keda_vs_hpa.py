@@ -95,18 +95,12 @@ class Env:
     add_on: keda_http.KedaHttpAddOn | None = None  # the KEDA HTTP add-on, with environment(..., http_add_on=True)
 
 
-@contextlib.contextmanager
-def environment(workdir: Path, *, http_add_on: bool = False, held_pod_label: str | None = None) -> Iterator[Env]:
-    """A control plane with Prometheus, prometheus-adapter, the real KEDA and the operator; built when missing.
-    With ``http_add_on``, the KEDA HTTP add-on too (bench/scale_to_zero.py), started before the operator so that
-    its first look at the cluster finds the InterceptorRoute API; ``held_pod_label``: LocalCluster's."""
+def ensure_components(http_add_on: bool = False) -> None:
+    """Prometheus, prometheus-adapter, KEDA (and the KEDA HTTP add-on): built when missing."""
     import subprocess
-
-    from tests.support.operator_process import OperatorProcess
 
     from qwen_fleet_dev import metrics_stack as ms
 
-    binaries.ensure()
     root = binaries.repo_root()
     if not all(p.exists() for p in (ms.prometheus_binary(), ms.adapter_binary())):
         assert root is not None, "the metrics binaries are built from the source checkout"
@@ -114,11 +108,31 @@ def environment(workdir: Path, *, http_add_on: bool = False, held_pod_label: str
     keda.ensure_built()
     if http_add_on:
         keda_http.ensure_built()
+
+
+@contextlib.contextmanager
+def environment(workdir: Path, *, http_add_on: bool = False, held_pod_label: str | None = None) -> Iterator[Env]:
+    """A control plane with Prometheus, prometheus-adapter, the real KEDA and the operator; built when missing.
+    With ``http_add_on``, the KEDA HTTP add-on too (bench/scale_to_zero.py); ``held_pod_label``: LocalCluster's."""
+    binaries.ensure()
+    ensure_components(http_add_on)
     with contextlib.ExitStack() as stack:
         cluster = LocalCluster(workdir=workdir / "cluster", hpa_sync_period=HPA_SYNC_PERIOD,
                                held_pod_label=held_pod_label)
         cluster.start()
         stack.callback(cluster.stop)
+        yield stack.enter_context(services(cluster, workdir, http_add_on=http_add_on))
+
+
+@contextlib.contextmanager
+def services(cluster: LocalCluster, workdir: Path, *, http_add_on: bool = False) -> Iterator[Env]:
+    """For a started cluster (kwok's, or one with the real node: bench/scale_to_zero_node.py): Prometheus and
+    prometheus-adapter, the real KEDA, with ``http_add_on`` the KEDA HTTP add-on (started before the operator so
+    that its first look at the cluster finds the InterceptorRoute API), the CRDs and the operator."""
+    from tests.support.operator_process import OperatorProcess
+
+    ensure_components(http_add_on)
+    with contextlib.ExitStack() as stack:
         metrics = MetricsStack(cluster, chart_adapter_rules(cluster.bins.helm), workdir / "metrics").start()
         stack.callback(metrics.stop)
         # KEDA dials the add-on's scaler by its Service name: the add-on's hosts file is its cluster DNS.

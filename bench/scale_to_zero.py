@@ -186,12 +186,13 @@ class Answer:
     completion_tokens: int | None = None
 
 
-def send(env: Env, namespace: str, index: int, out: list[Answer], fleet: str = FLEET) -> None:
+def send(env: Env, namespace: str, index: int, out: list[Answer], fleet: str = FLEET,
+         model: str = SERVED_MODEL) -> None:
     """One completion through the interceptor, as a client of ``<fleet>-proxy.<namespace>`` sends it."""
     assert env.add_on is not None
     answer = Answer(index, time.monotonic())
     out.append(answer)
-    body = json.dumps({"model": SERVED_MODEL, "prompt": f"Request {index}:", "max_tokens": 8}).encode()
+    body = json.dumps({"model": model, "prompt": f"Request {index}:", "max_tokens": 8}).encode()
     req = urllib.request.Request(env.add_on.proxy_url + "/v1/completions", data=body, method="POST",
                                  headers={"Content-Type": "application/json", "Host": f"{fleet}-proxy.{namespace}"})
     try:

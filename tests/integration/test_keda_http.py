@@ -134,3 +134,39 @@ def test_a_request_is_held_for_the_hold_timeout_then_answered_504(zero_env: tupl
     # http.Error(w, StatusText(504)) (interceptor/handler/static.go).
     assert answer.body.strip() == "Gateway Timeout", answer
     assert answer.done - answer.sent >= hold, answer
+
+
+def test_turning_scale_to_zero_off_removes_the_route_and_the_garbage_collector_the_proxy_service(
+        zero_env: tuple[Env, str, str, Path]) -> None:
+    """The proxy Service is owned by the InterceptorRoute; the operator deletes the route when scaleToZero goes and
+    the cluster's garbage collector (kube-controller-manager) the Service. A hub model without model.cache is
+    flagged: ModelCached False and a Warning Event."""
+    env = zero_env[0]
+    fleet, ns = "off", "zero-off"
+    env.cluster.kubectl("create", "namespace", ns, check=False)
+    manifest = fleet_manifest(env, free_port(), name=fleet)
+    env.cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(manifest))
+    route = wait_until("the InterceptorRoute", lambda: get(env.cluster, "interceptorroute", fleet, ns), 60)
+    proxy = wait_until("the proxy Service", lambda: get(env.cluster, "service", f"{fleet}-proxy", ns), 60)
+    assert [(r["kind"], r["name"], r["uid"]) for r in proxy["metadata"]["ownerReferences"]] == [
+        ("InterceptorRoute", fleet, route["metadata"]["uid"])], proxy["metadata"]
+    cached = wait_until("ModelCached", lambda: condition(get(env.cluster, "qwi", fleet, ns), "ModelCached"), 60)
+    assert (cached["status"], cached["reason"]) == ("False", "ModelNotCached"), cached
+    warned = wait_until("the ModelNotCached Event", lambda: [e for e in events_for(env.cluster, ns, fleet)
+                                                              if e.get("reason") == "ModelNotCached"], 30)
+    assert warned[0]["type"] == "Warning" and "model.cache" in warned[0]["message"], warned
+
+    auto = manifest["spec"]["autoscaling"]
+    del auto["scaleToZero"]
+    auto["minReplicas"] = 1
+    env.cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(manifest))
+    wait_until("the route and the proxy Service gone", lambda: get(env.cluster, "interceptorroute", fleet, ns) is None
+               and get(env.cluster, "service", f"{fleet}-proxy", ns) is None, 60)
+    assert get(env.cluster, "service", fleet, ns) is not None  # the fleet's own Service stays
+
+    def without_scale_to_zero() -> dict[str, Any] | None:
+        qwi = get(env.cluster, "qwi", fleet, ns)
+        return qwi if qwi and condition(qwi, "ModelCached") is None else None
+
+    qwi = wait_until("the status without scale to zero", without_scale_to_zero, 60)
+    assert qwi["status"]["endpoint"] == f"http://{fleet}.{ns}.svc:{manifest['spec']['service']['port']}/v1", qwi
