@@ -204,6 +204,7 @@ def markdown(results: dict[str, Any]) -> str:
              f"KEDA {setup_['keda']}, KEDA HTTP add-on {setup_['keda_http_add_on']}, vLLM {setup_['vllm']} "
              f"({setup_['engine']}). Idle period {setup_['idle_seconds']} s, hold timeout "
              f"{setup_['hold_timeout_seconds']} s, {setup_['requests']} requests sent together at zero.", "",
+             *([f"This run: {results['source']}.", ""] if results.get("source") else []),
              f"New fleet applied -> at zero: {results['first_zero_s']} s.", "",
              "Seconds after the requests were sent (pod times are the API's, whole seconds):", "",
              "| cycle | held (interceptor count) | KEDA 0 -> 1 | pod created | scheduled | container running | "
