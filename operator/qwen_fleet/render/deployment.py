@@ -139,7 +139,7 @@ def _health() -> dict[str, Any]:
     return {"path": "/health", "port": HTTP_PORT_NAME}
 
 
-# Probe timing (docs/autoscaling.md "Cold start: the probes"). A replica serves once its readiness probe passes,
+# Probe timing (docs/autoscaling.md, "Cold start defaults"). A replica serves once its readiness probe passes,
 # and the kubelet only starts that probe after the startup probe succeeded; so the two periods add straight to
 # every start (from zero, a rollout, a recreated pod) while the model is long loaded. Both probe often: /health
 # is a cheap local call. The startup probe's patience is its period times its failure threshold, the spec's
