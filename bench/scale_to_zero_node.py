@@ -102,11 +102,12 @@ def replicas(cluster: LocalCluster, ns: str) -> int:
 
 
 def wait_at_zero(cluster: LocalCluster, ns: str) -> dict[str, Any]:
-    """No pod (not even a terminating one), the Deployment at 0, the status says so: status.autoscaling then."""
+    """No pod left that runs or may (a terminating one counts; a finished one, e.g. evicted, does not), the
+    Deployment at 0, the status says so: status.autoscaling then."""
     def at_zero() -> dict[str, Any] | None:
         auto = fleet_status(cluster, ns).get("autoscaling") or {}
-        return auto if auto.get("scaledToZero") is True and replicas(cluster, ns) == 0 and not pods(cluster, ns) \
-            else None
+        live = [p for p in pods(cluster, ns) if p["status"].get("phase") not in ("Failed", "Succeeded")]
+        return auto if auto.get("scaledToZero") is True and replicas(cluster, ns) == 0 and not live else None
     # The idle period, KEDA's next poll (30 s), the pod's drain and shutdown.
     return until("the fleet at zero pods", at_zero, IDLE_SECONDS + 240, interval=1)
 
