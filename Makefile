@@ -54,12 +54,12 @@ run: setup ## demo: local cluster with a real node, CRD, operator, a tiny CPU fl
 	$(VENV)/bin/qwen-fleet run --real-node
 
 test: setup ## the whole suite: unit, integration, contract, e2e, chaos, the real-node fleet (fails if no test ran)
-	@set -o pipefail; rc=0; $(VENV)/bin/pytest -p no:cacheprovider --durations=30 -m "not keda_controller and not real_picker" $(PYTEST_ARGS) tests || rc=$$?; \
+	@set -o pipefail; rc=0; $(VENV)/bin/pytest -p no:cacheprovider --durations=30 -m "not keda_controller and not keda_http and not real_picker" $(PYTEST_ARGS) tests || rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: no tests ran" >&2; exit 1; fi; exit $$rc
 
 # --- pieces -------------------------------------------------------------------------------------------------
 
-.PHONY: test-unit test-integration test-node test-contract test-e2e test-real-fleet test-keda test-picker
+.PHONY: test-unit test-integration test-node test-contract test-e2e test-real-fleet test-keda test-keda-http test-scale-to-zero test-picker
 test-picker: setup vllm-venv ## the real endpoint picker (built first when missing) choosing among two vLLM CPU servers
 	hack/build-binaries.sh epp
 	$(VENV)/bin/pytest -p no:cacheprovider -m real_picker tests/integration $(PYTEST_ARGS)
@@ -67,6 +67,14 @@ test-picker: setup vllm-venv ## the real endpoint picker (built first when missi
 test-keda: setup ## the real KEDA operator and metrics apiserver (built first when missing: ~25 min cold)
 	hack/build-binaries.sh keda
 	$(VENV)/bin/pytest -p no:cacheprovider -m keda_controller tests/integration $(PYTEST_ARGS)
+
+test-keda-http: setup ## scale to zero with the real KEDA HTTP add-on and KEDA (built first when missing: KEDA ~25 min cold, then the add-on)
+	hack/build-binaries.sh keda keda-http
+	$(VENV)/bin/pytest -p no:cacheprovider -m keda_http tests/integration $(PYTEST_ARGS)
+
+test-scale-to-zero: setup ## scale to zero on the real node: a real vLLM pod woken by held requests through the KEDA HTTP add-on (builds KEDA ~25 min cold, then the add-on)
+	hack/build-binaries.sh keda keda-http
+	$(VENV)/bin/pytest -p no:cacheprovider -m keda_http tests/node $(PYTEST_ARGS)
 
 test-real-fleet: setup ## a vLLM CPU fleet on the real node: operator pod via helm, probes, ClusterIP, EngineFailed, rollout, NCCL preflight
 	$(VENV)/bin/pytest -p no:cacheprovider -m real_fleet tests/node $(PYTEST_ARGS)
@@ -87,7 +95,7 @@ test-contract: venv vllm-venv ## against the real vLLM engine on CPU
 test-e2e: setup ## end to end: cluster + operator + metrics + engine
 	$(VENV)/bin/pytest -p no:cacheprovider tests/e2e $(PYTEST_ARGS)
 
-.PHONY: generate vllm-flags lint kube-schemas validate-manifests bench bench-keda bench-serving bench-batch bench-routing cluster-up cluster-down
+.PHONY: generate vllm-flags lint kube-schemas validate-manifests bench bench-keda bench-scale-to-zero bench-scale-to-zero-node bench-serving bench-batch bench-routing cluster-up cluster-down
 vllm-flags: vllm-venv ## regenerate vLLM's flag table (engine.extraArgs is checked against it) from its parser
 	VLLM_TARGET_DEVICE=cpu "$$(hack/vllm-venv.sh)" hack/vllm-flags.py > operator/qwen_fleet/catalog/vllm_flags.json.tmp
 	mv operator/qwen_fleet/catalog/vllm_flags.json.tmp operator/qwen_fleet/catalog/vllm_flags.json
@@ -117,6 +125,13 @@ validate-manifests: venv ## kubeconform -strict: helm template (every tested val
 
 bench: venv binaries ## benchmarks; figures go to bench/results/
 	$(PY) -m bench.run
+
+bench-scale-to-zero: venv binaries ## (builds KEDA and its HTTP add-on first when missing) cold starts from zero through the add-on, ~9 min; bench/results/scale-to-zero.{md,json}
+	$(PY) -m bench.scale_to_zero
+
+bench-scale-to-zero-node: setup ## (builds KEDA and its HTTP add-on first when missing) the same with a real vLLM pod on the real node; bench/results/scale-to-zero-real-node.{md,json}
+	hack/build-binaries.sh keda keda-http
+	$(PY) -m bench.scale_to_zero_node
 
 bench-keda: venv binaries ## (builds KEDA first when missing) the same queue surge through the HPA path and the real KEDA, side by side, ~2 min; bench/results/keda-vs-hpa.{md,json}
 	$(PY) -m bench.keda_vs_hpa

@@ -30,8 +30,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from qwen_fleet import versions
-from qwen_fleet_dev import binaries, keda
+from qwen_fleet_dev import binaries, keda, keda_http
 from qwen_fleet_dev.cluster import LocalCluster, free_port
+from qwen_fleet_dev.hostsfile import HostsFile
 from qwen_fleet_dev.metrics_stack import MetricsStack, PodTarget, chart_adapter_rules, quantity
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,37 +92,63 @@ class Env:
     stack: MetricsStack
     keda: keda.Keda
     operator: Any  # tests.support.operator_process.OperatorProcess
+    add_on: keda_http.KedaHttpAddOn | None = None  # the KEDA HTTP add-on, with environment(..., http_add_on=True)
 
 
-@contextlib.contextmanager
-def environment(workdir: Path) -> Iterator[Env]:
-    """A control plane with Prometheus, prometheus-adapter, the real KEDA and the operator; built when missing."""
+def ensure_components(http_add_on: bool = False) -> None:
+    """Prometheus, prometheus-adapter, KEDA (and the KEDA HTTP add-on): built when missing."""
     import subprocess
-
-    from tests.support.operator_process import OperatorProcess
 
     from qwen_fleet_dev import metrics_stack as ms
 
-    binaries.ensure()
     root = binaries.repo_root()
     if not all(p.exists() for p in (ms.prometheus_binary(), ms.adapter_binary())):
         assert root is not None, "the metrics binaries are built from the source checkout"
         subprocess.run([str(root / "hack" / "build-binaries.sh"), "prometheus", "adapter"], check=True)
     keda.ensure_built()
+    if http_add_on:
+        keda_http.ensure_built()
+
+
+@contextlib.contextmanager
+def environment(workdir: Path, *, http_add_on: bool = False, held_pod_label: str | None = None) -> Iterator[Env]:
+    """A control plane with Prometheus, prometheus-adapter, the real KEDA and the operator; built when missing.
+    With ``http_add_on``, the KEDA HTTP add-on too (bench/scale_to_zero.py); ``held_pod_label``: LocalCluster's."""
+    binaries.ensure()
+    ensure_components(http_add_on)
     with contextlib.ExitStack() as stack:
-        cluster = LocalCluster(workdir=workdir / "cluster", hpa_sync_period=HPA_SYNC_PERIOD)
+        cluster = LocalCluster(workdir=workdir / "cluster", hpa_sync_period=HPA_SYNC_PERIOD,
+                               held_pod_label=held_pod_label)
         cluster.start()
         stack.callback(cluster.stop)
+        yield stack.enter_context(services(cluster, workdir, http_add_on=http_add_on))
+
+
+@contextlib.contextmanager
+def services(cluster: LocalCluster, workdir: Path, *, http_add_on: bool = False) -> Iterator[Env]:
+    """For a started cluster (kwok's, or one with the real node: bench/scale_to_zero_node.py): Prometheus and
+    prometheus-adapter, the real KEDA, with ``http_add_on`` the KEDA HTTP add-on (started before the operator so
+    that its first look at the cluster finds the InterceptorRoute API), the CRDs and the operator."""
+    from tests.support.operator_process import OperatorProcess
+
+    ensure_components(http_add_on)
+    with contextlib.ExitStack() as stack:
         metrics = MetricsStack(cluster, chart_adapter_rules(cluster.bins.helm), workdir / "metrics").start()
         stack.callback(metrics.stop)
-        kd = keda.Keda(cluster, workdir / "keda").start()
+        # KEDA dials the add-on's scaler by its Service name: the add-on's hosts file is its cluster DNS.
+        hosts = HostsFile(workdir / "hosts") if http_add_on else None
+        kd = keda.Keda(cluster, workdir / "keda", hosts=hosts).start()
         stack.callback(kd.stop)
+        add_on = None
+        if hosts is not None:
+            add_on = keda_http.KedaHttpAddOn(cluster, hosts, workdir / "keda-http").start()
+            stack.callback(add_on.stop)
         cluster.install_crd(ROOT / "crds" / "qwenfleet.io_qweninferences.yaml")
         cluster.install_crd(ROOT / "crds" / "qwenfleet.io_qwenbatches.yaml", name="qwenbatches.qwenfleet.io")
         operator = OperatorProcess(cluster, workdir / "operator.log", env={"QWEN_FLEET_RESYNC_SECONDS": "10"})
         operator.start()
         stack.callback(operator.stop)
-        yield Env(cluster, metrics, kd, operator)
+        yield Env(cluster, metrics, kd, operator, add_on)
 
 
 # --- the scenario -------------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 # Build the real control-plane binaries from the Go module proxy, pinned, cached outside the repository.
 #
 #   hack/build-binaries.sh [component...]    components: k8s node etcd kwok helm prometheus adapter
-#                                            kubeconform lws epp keda (default: all but epp and keda)
+#                                            kubeconform lws epp keda keda-http
+#                                            (default: all but epp, keda and keda-http)
 #
 # Each component lands in $QF_CACHE/<component>/<version>/bin and is rebuilt only when a binary is missing.
 # Why a wrapper module for k8s.io/kubernetes: its go.mod pins every staging module at v0.0.0 with a
@@ -258,13 +259,51 @@ build_keda() {
   rm -rf "$base/crds"; mv "$base/crds.tmp" "$base/crds"
 }
 
+# The KEDA HTTP add-on's interceptor, external scaler and operator (keda-http-interceptor, keda-http-scaler,
+# keda-http-operator) and its two CRDs (InterceptorRoute, HTTPScaledObject: the interceptor and the scaler watch
+# both kinds, so both must be served), for autoscaling.scaleToZero; opt-in in the local control plane
+# (devtools/qwen_fleet_dev/keda_http.py). Built inside a copy of its module, as KEDA is: its go.sum then pins every
+# dependency (the wrapper-module recipe would let MVS choose). ldflags as the add-on's own (.ko.yaml: pkg/build).
+build_keda_http() {
+  local base="$QF_CACHE/keda-http/$KEDA_HTTP_ADDON_VERSION"
+  local crds=(http.keda.sh_interceptorroutes.yaml http.keda.sh_httpscaledobjects.yaml)
+  local cmds=(interceptor scaler operator)
+  local bins=() have_crds=1
+  for c in "${cmds[@]}"; do bins+=("keda-http-$c"); done
+  for f in "${crds[@]}"; do [ -f "$base/crds/$f" ] || have_crds=0; done
+  have_all "$base/bin" "${bins[@]}" && [ "$have_crds" = 1 ] && return 0
+  local src; src=$(go mod download -json "github.com/kedacore/http-add-on@$KEDA_HTTP_ADDON_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  [ -f "$src/go.mod" ] || { log "could not download github.com/kedacore/http-add-on@$KEDA_HTTP_ADDON_VERSION"; exit 1; }
+  if ! have_all "$base/bin" "${bins[@]}"; then
+    log "building the KEDA HTTP add-on $KEDA_HTTP_ADDON_VERSION: interceptor, scaler, operator (2.3 min here with the Go build cache KEDA's build left; longer cold)"
+    local mod; mod=$(mktemp -d "${TMPDIR:-/tmp}/qf-keda-http-mod.XXXXXX")
+    cp -r "$src/." "$mod/"; chmod -R u+w "$mod"
+    local ld="-s -w -X github.com/kedacore/http-add-on/pkg/build.version=$KEDA_HTTP_ADDON_VERSION"
+    ld="$ld -X github.com/kedacore/http-add-on/pkg/build.gitCommit=module-proxy"
+    rm -rf "$base/bin.tmp"; mkdir -p "$base/bin.tmp"
+    (
+      cd "$mod"
+      for c in "${cmds[@]}"; do
+        log "go build ./$c"
+        go build -trimpath -ldflags "$ld" -o "$base/bin.tmp/keda-http-$c" "./$c"
+      done
+    )
+    rm -rf "$base/bin"; mv "$base/bin.tmp" "$base/bin"; rm -rf "$mod"
+  fi
+  rm -rf "$base/crds.tmp"; mkdir -p "$base/crds.tmp"
+  for f in "${crds[@]}"; do cp "$src/config/crd/bases/$f" "$base/crds.tmp/"; done
+  chmod -R u+w "$base/crds.tmp"
+  rm -rf "$base/crds"; mv "$base/crds.tmp" "$base/crds"
+}
+
 components=("$@")
-# keda and epp are built only when asked (make test-keda / bench-keda / test-picker, or their tests' fixtures):
-# ~25 and ~5-8 min cold on 2 cores, for tests outside make test.
+# keda, keda-http and epp are built only when asked (make test-keda / test-keda-http / bench-keda / test-picker, or
+# their tests' fixtures): ~25, ~10-15 and ~5-8 min cold on 2 cores, for tests outside make test.
 [ ${#components[@]} -gt 0 ] || components=(etcd kwok helm k8s node prometheus adapter kubeconform lws)
 for c in "${components[@]}"; do
   case $c in
     k8s|node|etcd|kwok|helm|prometheus|adapter|kubeconform|lws|epp|keda) "build_$c" ;;
+    keda-http) build_keda_http ;;
     *) log "unknown component: $c"; exit 2 ;;
   esac
 done

@@ -8,6 +8,7 @@
 #     cert-manager.io_certificates.yaml, cert-manager.io_issuers.yaml, cert-manager.io_clusterissuers.yaml
 #     leaderworkerset.x-k8s.io_leaderworkersets.yaml (LeaderWorkerSet: multi-node replicas)
 #     keda.sh_scaledobjects.yaml (KEDA: autoscaling.engine keda)
+#     http.keda.sh_interceptorroutes.yaml (the KEDA HTTP add-on: autoscaling.scaleToZero)
 #     inference.networking.k8s.io_inferencepools.yaml, inference.networking.x-k8s.io_inferenceobjectives.yaml
 #       (the Gateway API Inference Extension: spec.routing)
 #     gateway.networking.k8s.io_httproutes.yaml (the Gateway API, standard channel: spec.routing.gateway)
@@ -18,7 +19,7 @@ source "$here/versions.env"
 QF_CACHE=${QF_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qwen-fleet}
 export GOTOOLCHAIN=${GOTOOLCHAIN:-local} GOFLAGS=${GOFLAGS:--mod=mod}
 out="$QF_CACHE/crds/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION-cert-manager-$CERT_MANAGER_VERSION-lws-$LWS_VERSION-keda-$KEDA_VERSION"
-out="$out-giex-$GATEWAY_API_INFERENCE_EXTENSION_VERSION-gwapi-$GATEWAY_API_VERSION"
+out="$out-giex-$GATEWAY_API_INFERENCE_EXTENSION_VERSION-gwapi-$GATEWAY_API_VERSION-keda-http-$KEDA_HTTP_ADDON_VERSION"
 
 module_dir() { # module@version -> its unpacked folder in the module cache
   go mod download -json "$1" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p'
@@ -38,6 +39,8 @@ if [ ! -f "$out/.complete" ]; then
   cp "$lws/config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml" "$out.tmp/"
   keda=$(module_dir "github.com/kedacore/keda/v2@$KEDA_VERSION")
   cp "$keda/config/crd/bases/keda.sh_scaledobjects.yaml" "$out.tmp/"
+  keda_http=$(module_dir "github.com/kedacore/http-add-on@$KEDA_HTTP_ADDON_VERSION")
+  cp "$keda_http/config/crd/bases/http.keda.sh_interceptorroutes.yaml" "$out.tmp/"
   giex=$(module_dir "sigs.k8s.io/gateway-api-inference-extension@$GATEWAY_API_INFERENCE_EXTENSION_VERSION")
   cp "$giex/config/crd/bases/inference.networking.k8s.io_inferencepools.yaml" \
      "$giex/config/crd/bases/inference.networking.x-k8s.io_inferenceobjectives.yaml" "$out.tmp/"

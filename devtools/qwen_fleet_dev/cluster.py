@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from qwen_fleet import versions
 from qwen_fleet_dev import binaries as binaries_mod
 from qwen_fleet_dev.kubeconfig import write_kubeconfig
@@ -51,6 +53,16 @@ _KWOK_STAGES = (
     "pod/fast/pod-complete.yaml",
     "pod/fast/pod-delete.yaml",
 )
+
+
+def _hold_pods(stage: str, label: str) -> str:
+    """kwok's pod-ready Stage, not for pods that carry ``label``."""
+    doc = yaml.safe_load(stage)
+    doc["spec"]["selector"]["matchExpressions"].append(
+        {"key": f'.metadata.labels["{label}"]', "operator": "DoesNotExist"})
+    return str(yaml.safe_dump(doc, sort_keys=False))
+
+
 _AUDIT_POLICY = """\
 apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -138,6 +150,7 @@ class LocalCluster:
         controller_flags: Sequence[str] = (),
         real_node: bool = False,
         leader_worker_set: bool = False,
+        held_pod_label: str | None = None,
     ) -> None:
         self.owns_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="qwen-fleet-cluster-"))
@@ -161,6 +174,9 @@ class LocalCluster:
         # The real LeaderWorkerSet controller and its webhooks (devcluster/lws.py).
         self.lws = LeaderWorkerSetController(self.workdir, self.kubeconfig, free_port(), free_port()) \
             if leader_worker_set else None
+        # Pods with this label are left Pending by kwok (no IP, not Running, not Ready): the caller plays their
+        # kubelet and reports them Ready when a real server behind them answers (bench/scale_to_zero.py).
+        self.held_pod_label = held_pod_label
 
     # --- public surface -------------------------------------------------------------------------------
 
@@ -281,6 +297,9 @@ class LocalCluster:
         write_kubeconfig(self.kubeconfig, self.server, ADMIN_USER, self.admin_token, "default")
         write_kubeconfig(self.operator_kubeconfig, self.server, OPERATOR_USER, self.operator_token, "default")
         stages = [(self.bins.kwok_stages / rel).read_text() for rel in _KWOK_STAGES]
+        if self.held_pod_label:
+            stages = [_hold_pods(text, self.held_pod_label) if rel.endswith("/pod-ready.yaml") else text
+                      for rel, text in zip(_KWOK_STAGES, stages, strict=True)]
         (self.workdir / "kwok.yaml").write_text("\n---\n".join(stages))
 
     # --- components -----------------------------------------------------------------------------------

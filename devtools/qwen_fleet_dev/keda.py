@@ -37,6 +37,7 @@ import yaml
 from qwen_fleet import versions
 from qwen_fleet_dev.binaries import BinariesMissing, cache_root, repo_root
 from qwen_fleet_dev.cluster import LocalCluster, free_port
+from qwen_fleet_dev.hostsfile import HostsFile
 from qwen_fleet_dev.pki import make_loopback_serving_pki
 from qwen_fleet_dev.processes import Component, wait_for
 from qwen_fleet_dev.rest import Rest, RestError
@@ -87,8 +88,10 @@ class Keda:
     """KEDA's operator and metrics apiserver for a :class:`LocalCluster`: :meth:`start`, then :meth:`stop`."""
 
     def __init__(self, cluster: LocalCluster, workdir: Path | None = None, *, tie_to_parent: bool = True,
-                 log_level: str = "info") -> None:
+                 log_level: str = "info", hosts: HostsFile | None = None) -> None:
         self.cluster = cluster
+        # Names of Services KEDA dials (an external scaler's scalerAddress: keda_http.py), as cluster DNS would.
+        self.hosts = hosts
         self.owns_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="qwen-fleet-keda-"))
         self.tie_to_parent = tie_to_parent
@@ -161,6 +164,7 @@ class Keda:
                 "KEDA_CLUSTER_OBJECT_NAMESPACE": NAMESPACE, "KUBECONFIG": str(self.cluster.kubeconfig)}
 
     def _component(self, name: str, argv: list[str]) -> Component:
+        argv = self.hosts.wrap(argv) if self.hosts is not None else argv
         comp = Component(name, argv, self.workdir / "logs" / f"{name}.log", env=self._env())
         self.components[name] = comp
         comp.start(self.tie_to_parent)

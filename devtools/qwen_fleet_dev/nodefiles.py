@@ -174,8 +174,10 @@ def kubelet_config(dirs: NodeDirs, node_ip: str, client_ca: Path, cgroup_root: s
         "enforceNodeAllocatable": [],
         "failSwapOn": False,
         "podLogsDir": str(dirs.pod_logs),
-        # Shared CI disks are often fuller than the 10-15% defaults; the node should not evict test pods.
-        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%",
+        # Shared CI disks are often fuller than the 10-15% defaults; the node should not evict test pods. Absolute
+        # floors, not 1%: on this machine's 252 GB disk 1% is 2.5 GB, and with other work's files and the engine
+        # image's ~13 GB in the node's containerd the disk went under it: every fleet pod was evicted (DiskPressure).
+        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "512Mi", "imagefs.available": "512Mi",
                          "nodefs.inodesFree": "1%"},
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,

@@ -25,6 +25,9 @@ LWS = "v0.9.0"
 # KEDA (autoscaling.engine keda): its real ScaledObject CRD for the dry-runs, and its operator and metrics
 # apiserver in the local control plane (devtools/qwen_fleet_dev/keda.py).
 KEDA = "v2.21.0"
+# The KEDA HTTP add-on (autoscaling.scaleToZero): its InterceptorRoute CRD for the dry-runs, and its interceptor,
+# external scaler and operator in the local control plane (devtools/qwen_fleet_dev/keda_http.py).
+KEDA_HTTP_ADDON = "v0.15.0"
 # The Gateway API Inference Extension (spec.routing): the endpoint picker's default image tag and the real
 # InferencePool and InferenceObjective CRDs (sigs.k8s.io/gateway-api-inference-extension); v1.6.0 keeps only a
 # round-robin picker. The Gateway API's own CRDs (HTTPRoute) from sigs.k8s.io/gateway-api.

@@ -206,6 +206,9 @@ NOT_EXERCISED_HERE = {("delete", "apps", "deployments")} | {
     # KEDA's ScaledObject (autoscaling.engine keda): no keda fleet in this run (tests/integration/test_keda.py
     # writes and deletes them); its CRD is installed here, so it may be listed and watched.
     (verb, "keda.sh", "scaledobjects") for verb in ("list", "watch", "patch", "delete")} | {
+    # The KEDA HTTP add-on's InterceptorRoute (autoscaling.scaleToZero): no scale-to-zero fleet in this run
+    # (tests/integration/test_keda_http.py makes them); listed and watched only if another test installed its CRD.
+    (verb, "http.keda.sh", "interceptorroutes") for verb in ("list", "watch", "patch", "delete")} | {
     # The model prefetch Job is made only with model.cache.prefetch, whose download needs a bound claim
     # (tests/integration/test_prefetch.py): watched here, never written.
     (verb, "batch", "jobs") for verb in ("patch", "delete")} | {

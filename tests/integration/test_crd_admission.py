@@ -67,7 +67,7 @@ def test_short_name_category_and_columns(cluster: LocalCluster, crd: Path, names
     cluster.kubectl("apply", "-n", namespace, "-f", str(ROOT / "examples" / "qwen3-4b-instruct-a10g.yaml"))
     out = cluster.kubectl("get", "qwi", "-n", namespace).stdout
     header = out.splitlines()[0].split()
-    assert header[:7] == ["NAME", "READY", "REPLICAS", "MODEL", "GPUS", "ENDPOINT", "AGE"]
+    assert header == ["NAME", "READY", "REPLICAS", "MODEL", "GPUS", "ENDPOINT", "SCALEDTOZERO", "COLDSTART", "AGE"]
     assert "Qwen/Qwen3-4B-Instruct-2507" in out
     by_category = cluster.kubectl("get", "qwenfleet", "-n", namespace, "-o", "name").stdout
     assert "qweninference.qwenfleet.io/qwen3-4b" in by_category

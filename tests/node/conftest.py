@@ -12,6 +12,7 @@ import pytest
 
 from qwen_fleet_dev import binaries
 from qwen_fleet_dev.cluster import LocalCluster
+from qwen_fleet_dev.engine_image import EngineImage, ensure_engine_image
 from qwen_fleet_dev.nodes import NodePool
 
 # One fake GPU node beside the real one: kwok and the kubelet share the cluster.
@@ -29,3 +30,12 @@ def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClus
         yield local
     finally:
         local.stop()
+
+
+@pytest.fixture(scope="session")
+def engine_image(real_cluster: LocalCluster) -> EngineImage:
+    """The vLLM CPU engine image (built when the cache lacks it), in the real node's containerd."""
+    image = ensure_engine_image()
+    assert real_cluster.real_node is not None
+    real_cluster.real_node.import_archive_dir(image.archive)
+    return image

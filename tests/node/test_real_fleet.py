@@ -27,7 +27,7 @@ from bench.burst import Burst
 
 from qwen_fleet.render.metric_names import QUEUE_METRIC
 from qwen_fleet_dev.cluster import LocalCluster
-from qwen_fleet_dev.engine_image import EngineImage, ensure_engine_image
+from qwen_fleet_dev.engine_image import EngineImage
 from qwen_fleet_dev.local_fleet import apply, chat, cpu_fleet, model_volume, service_url, wait_for_answer
 from qwen_fleet_dev.metrics_stack import MetricsStack, chart_adapter_rules
 from qwen_fleet_dev.operator_image import OperatorImage, ensure_operator_image
@@ -42,14 +42,6 @@ from tests.support.real_fleet import FleetWatch, SteadyLoad, hpa_queue_value, po
 # Ready was seen once, in the stop that added the module, and never again (8 passed cold in 706.7 s, warm 604.1 s).
 pytestmark = [pytest.mark.cluster, pytest.mark.real_fleet]
 FLEET = "tiny"
-
-
-@pytest.fixture(scope="module")
-def engine_image(real_cluster: LocalCluster) -> EngineImage:
-    image = ensure_engine_image()
-    assert real_cluster.real_node is not None
-    real_cluster.real_node.import_archive_dir(image.archive)
-    return image
 
 
 @pytest.fixture(scope="module")

@@ -111,8 +111,15 @@ def test_crd_is_structural_and_has_the_subresources_and_columns() -> None:
     assert version["subresources"]["scale"] == {"specReplicasPath": ".spec.replicas",
                                                 "statusReplicasPath": ".status.replicas",
                                                 "labelSelectorPath": ".status.selector"}
-    assert [c["name"] for c in version["additionalPrinterColumns"]][:6] == [
-        "Ready", "Replicas", "Model", "GPUs", "Endpoint", "Age"]
+    columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
+    assert [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")] == [
+        "Ready", "Replicas", "Model", "GPUs", "Endpoint", "ScaledToZero", "ColdStart", "Age"]
+    # Scale to zero: each column reads a field the status schema has, of the column's type.
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["autoscaling"]["properties"]
+    assert columns["ScaledToZero"]["jsonPath"] == ".status.autoscaling.scaledToZero"
+    assert status["scaledToZero"]["type"] == columns["ScaledToZero"]["type"] == "boolean"
+    assert columns["ColdStart"]["jsonPath"] == ".status.autoscaling.lastColdStart.seconds"
+    assert status["lastColdStart"]["properties"]["seconds"]["type"] == columns["ColdStart"]["type"] == "integer"
     conditions = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["conditions"]
     assert conditions["x-kubernetes-list-type"] == "map"
     assert conditions["x-kubernetes-list-map-keys"] == ["type"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from qwen_fleet.api import QwenInference
 from qwen_fleet.config import OperatorConfig
 from qwen_fleet.plan import make_plan
@@ -118,6 +120,24 @@ def test_single_gpu_default_shm_and_drain_timing() -> None:
     assert server["startupProbe"]["httpGet"]["path"] == "/health"
     assert server["startupProbe"]["periodSeconds"] * server["startupProbe"]["failureThreshold"] >= 1800
     assert pod["enableServiceLinks"] is False  # a Service named "vllm" would inject VLLM_PORT
+
+
+@pytest.mark.parametrize("timeout", [60, 1800, 7201, 86400])
+def test_probes_wait_patiently_but_see_readiness_within_seconds(timeout: int) -> None:
+    """A cold start waits for the probes on top of the engine: the startup probe's period (when it notices the
+    engine is up), then the readiness probe's (the kubelet starts it only after startup succeeded). Both short;
+    the patience for a download and load stays the spec's startupTimeoutSeconds, and liveness only follows."""
+    (server,) = _pod(_render({**BASE, "engine": {"startupTimeoutSeconds": timeout}}))["containers"]
+    startup, readiness, liveness = server["startupProbe"], server["readinessProbe"], server["livenessProbe"]
+    assert startup["periodSeconds"] + readiness["periodSeconds"] <= 4
+    patience = startup["periodSeconds"] * startup["failureThreshold"]
+    assert timeout <= patience < timeout + startup["periodSeconds"]
+    for probe in (startup, readiness, liveness):
+        assert probe["httpGet"] == {"path": "/health", "port": "http"}
+        assert "initialDelaySeconds" not in probe  # the startup probe gates the others, not a guessed delay
+    # A replica whose /health is slow under load does not leave the Service on one or two late answers.
+    assert readiness["periodSeconds"] * readiness["failureThreshold"] >= 15
+    assert liveness["periodSeconds"] * liveness["failureThreshold"] >= 60
 
 
 def test_hf_token_is_referenced_never_inlined() -> None:

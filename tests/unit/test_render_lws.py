@@ -51,6 +51,10 @@ def test_leader_serves_and_workers_join_headless() -> None:
         assert _flag(args, "--tensor-parallel-size") == "8" and _flag(args, "--pipeline-parallel-size") == "2"
     assert "--headless" in worker["args"] and "--headless" not in leader["args"]
     assert "readinessProbe" in leader and "readinessProbe" not in worker and "ports" not in worker
+    # The leader serves: it has the single-node pod's probes, startup timing included (render/deployment.py).
+    single = _children("qwen3-8b-long-context.yaml")["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert {p: leader[p]["periodSeconds"] for p in ("startupProbe", "readinessProbe", "livenessProbe")} == {
+        p: single[p]["periodSeconds"] for p in ("startupProbe", "readinessProbe", "livenessProbe")}
     for pod in (template["leaderTemplate"], template["workerTemplate"]):
         assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
 

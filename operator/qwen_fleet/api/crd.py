@@ -166,6 +166,11 @@ def printer_columns() -> list[dict[str, Any]]:
         {"name": "GPUs", "type": "integer", "jsonPath": ".status.gpusPerReplica",
          "description": "GPUs per replica"},
         {"name": "Endpoint", "type": "string", "jsonPath": ".status.endpoint"},
+        # Scale to zero (autoscaling.scaleToZero): empty for other fleets.
+        {"name": "ScaledToZero", "type": "boolean", "jsonPath": ".status.autoscaling.scaledToZero",
+         "description": "The fleet has zero replicas; requests are held until one is ready"},
+        {"name": "ColdStart", "type": "integer", "jsonPath": ".status.autoscaling.lastColdStart.seconds",
+         "description": "Seconds the last start from zero took (pod creation to Ready)"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         {"name": "Reason", "type": "string", "priority": 1,
          "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'},

@@ -72,6 +72,11 @@ class QwenInferenceSpec(ApiModel, rules=[
          message="routing.scorers.prefixCache must be 0 with engine.enablePrefixCaching: false: the endpoint picker "
                  "would send requests after prefix hits vLLM does not have"),
     *POOL_SPEC_RULES,
+    Rule(cel="!has(self.routing) || !has(self.autoscaling.scaleToZero)",
+         check=lambda s: s.routing is None or s.autoscaling.scale_to_zero is None,
+         message="spec.routing cannot be combined with autoscaling.scaleToZero: the endpoint picker sends each "
+                 "request straight to a pod and holds none while the fleet has no pod; scale to zero sends clients "
+                 "through the KEDA HTTP add-on's interceptor instead (status.endpoint). Remove one of the two"),
 ]):
     """Desired state of a vLLM fleet serving one Qwen model."""
 
@@ -165,6 +170,23 @@ class CapacityStatus(ApiModel):
     warnings: list[str] = Field(default_factory=list, description="Planner warnings.")
 
 
+class ColdStartStatus(ApiModel):
+    """One start from zero replicas, from the pod's own timestamps (whole seconds, as the API keeps them)."""
+
+    pod: str = Field(description="The first pod made after the fleet was at zero.")
+    created_at: str = Field(description="The pod's creation (KEDA has just set the replica count to 1).",
+                            json_schema_extra={"format": "date-time"})
+    ready_at: str = Field(description="When the pod turned Ready (its readiness probe, /health, passed).",
+                          json_schema_extra={"format": "date-time"})
+    seconds: int = Field(ge=0, description="From the pod's creation to Ready: what the first held request waited, "
+                         "less KEDA's reaction (under a second: the add-on pushes its activity).")
+    scheduling_seconds: int | None = Field(default=None, ge=0, description="Creation to PodScheduled.")
+    container_start_seconds: int | None = Field(default=None, ge=0, description="PodScheduled to the vLLM "
+                                                "container running: image pull and init containers.")
+    engine_start_seconds: int | None = Field(default=None, ge=0, description="The vLLM container running to Ready: "
+                                             "model load and engine warm-up.")
+
+
 class AutoscalingStatus(ApiModel):
     """The autoscaler's view, mirrored: the HorizontalPodAutoscaler's (engine hpa) or the KEDA ScaledObject's
     (engine keda; docs/autoscaling.md says what is mirrored in each)."""
@@ -178,6 +200,15 @@ class AutoscalingStatus(ApiModel):
     desired_replicas: int | None = Field(default=None, description="Replicas the HPA wants (engine hpa only).")
     message: str = Field(default="", description="The autoscaler's conditions in words: the HPA's "
                          "ScalingActive/ScalingLimited, or the ScaledObject's Ready/Active/Fallback/Paused.")
+    scaled_to_zero: bool | None = Field(default=None, description="With autoscaling.scaleToZero: whether the fleet "
+                                        "has zero replicas now (requests are held by the KEDA HTTP add-on's "
+                                        "interceptor until one is ready).")
+    last_scaled_to_zero_time: str | None = Field(default=None, description="When the operator last saw the fleet "
+                                                 "go to zero replicas (RFC 3339).",
+                                                 json_schema_extra={"format": "date-time"})
+    last_cold_start: ColdStartStatus | None = Field(default=None, description="The last start from zero: the "
+                                                    "first pod made after the fleet was at zero, from its creation "
+                                                    "to Ready.")
 
 
 class NcclGroupStatus(ApiModel):
@@ -267,7 +298,8 @@ class QwenInferenceStatus(ApiModel):
                                         "Reconciling and Stalled (kstatus, as Flux and Argo CD read them), "
                                         "plus ScalingActive/ScalingLimited mirrored from the HPA (engine "
                                         "hpa) or ScaledObjectReady/ScaledObjectFallback from KEDA's "
-                                        "ScaledObject (engine keda).",
+                                        "ScaledObject (engine keda), and with scaleToZero ModelCached (False: "
+                                        "every cold start downloads the model; set model.cache).",
                                         json_schema_extra={"x-kubernetes-list-type": "map",
                                                            "x-kubernetes-list-map-keys": ["type"]})
     replicas: int | None = Field(default=None, description="Pods of the fleet (scale subresource).")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
-from qwen_fleet.api.base import ApiModel, IntOrPercent, Rule, cel_and
+from qwen_fleet.api.base import DNS_LABEL, DNS_SUBDOMAIN, ApiModel, IntOrPercent, Rule, cel_and
 
 # Which autoscaler the operator creates: a HorizontalPodAutoscaler on the custom metrics API (served by
 # prometheus-adapter with the chart's rules), or a KEDA ScaledObject whose Prometheus triggers query the same
@@ -75,6 +75,62 @@ class KedaOptions(ApiModel):
                                     "queries it from the KEDA operator's pod.")
 
 
+# The KEDA HTTP add-on (github.com/kedacore/http-add-on v0.15.0) as its Helm chart installs it: the interceptor's proxy
+# Service and the external scaler's gRPC Service, both in the add-on's namespace (config/interceptor/proxy-service.yaml,
+# config/scaler/service.yaml, with the chart's keda-add-ons-http- prefix).
+HTTP_ADD_ON_NAMESPACE = "keda"
+INTERCEPTOR_SERVICE = "keda-add-ons-http-interceptor-proxy"
+INTERCEPTOR_PORT = 8080
+SCALER_SERVICE = "keda-add-ons-http-external-scaler"
+SCALER_PORT = 9090
+# A vLLM replica never serves sooner than this after it is asked for: scheduling, the image, the weights, the
+# engine's warm-up (CUDA graphs). A hold shorter than that answers 504 to the first request of every cold start.
+MIN_HOLD_SECONDS = 60
+# An idle period shorter than this gives away a GPU whose replica takes minutes to get back.
+MIN_IDLE_SECONDS = 60
+HOSTNAME = r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+class HttpAddOn(ApiModel):
+    """Where the KEDA HTTP add-on runs; the defaults are its Helm chart's (namespace keda)."""
+
+    namespace: str = Field(default=HTTP_ADD_ON_NAMESPACE, max_length=63, pattern=DNS_LABEL,
+                           description="Namespace of the add-on's interceptor and external scaler.")
+    interceptor_service: str = Field(default=INTERCEPTOR_SERVICE, max_length=63, pattern=DNS_LABEL,
+                                     description="The interceptor's proxy Service, which clients reach the fleet "
+                                     "through.")
+    interceptor_port: int = Field(default=INTERCEPTOR_PORT, ge=1, le=65535, description="Port of the interceptor's "
+                                  "proxy Service (plain HTTP).")
+    scaler_service: str = Field(default=SCALER_SERVICE, max_length=63, pattern=DNS_LABEL,
+                                description="The add-on's external scaler Service (gRPC), which KEDA asks whether "
+                                "requests are waiting.")
+    scaler_port: int = Field(default=SCALER_PORT, ge=1, le=65535, description="Port of the external scaler "
+                             "Service.")
+    cluster_domain: str = Field(default="cluster.local", max_length=253, pattern=DNS_SUBDOMAIN,
+                                description="The cluster's DNS domain: the fleet's <name>-proxy Service is an "
+                                "ExternalName for <interceptorService>.<namespace>.svc.<clusterDomain>.")
+
+
+class ScaleToZero(ApiModel):
+    """Scale an idle fleet to zero replicas; the KEDA HTTP add-on's interceptor holds the requests that arrive
+    meanwhile and KEDA starts a replica for them (docs/autoscaling.md, "Scale to zero")."""
+
+    idle_seconds: int = Field(default=600, ge=MIN_IDLE_SECONDS, le=86400, description="How long the fleet has "
+                              "no request in the interceptor, no queue and an empty KV cache before it goes to "
+                              "zero (KEDA's cooldownPeriod; also initialCooldownPeriod, so a new fleet serves this "
+                              "long before its first scale to zero).")
+    hold_timeout_seconds: int = Field(default=600, ge=MIN_HOLD_SECONDS, le=3600, description="How long the "
+                                      "interceptor holds a request while the fleet has no ready replica (its "
+                                      "readiness timeout); then it answers 504. At least 60 s: no vLLM replica "
+                                      "serves sooner. At most an hour: clients and load balancers in front give "
+                                      "up long before.")
+    hosts: list[Annotated[str, Field(max_length=253, pattern=HOSTNAME)]] = Field(
+        default_factory=list, max_length=16, description="More Host names the interceptor routes to this fleet "
+        "(e.g. the host of an Ingress in front of the interceptor; *.example.com wildcards allowed), besides "
+        "the in-cluster names of the fleet's <name>-proxy Service.")
+    http_add_on: HttpAddOn = Field(default_factory=HttpAddOn, description="Where the KEDA HTTP add-on runs.")
+
+
 class Autoscaling(ApiModel, rules=[
     Rule(cel="!self.enabled || has(self.maxReplicas)",
          check=lambda a: not a.enabled or a.max_replicas is not None,
@@ -84,12 +140,27 @@ class Autoscaling(ApiModel, rules=[
          message="autoscaling.minReplicas must not exceed autoscaling.maxReplicas"),
     Rule(cel="self.engine != 'hpa' || self.minReplicas >= 1",
          check=lambda a: a.engine != "hpa" or a.min_replicas >= 1,
-         message="autoscaling.minReplicas must be at least 1 with engine hpa: the HorizontalPodAutoscaler "
-                 "cannot scale up from zero pods on Pods metrics (vLLM exports none from zero pods)"),
-    Rule(cel="self.engine != 'keda' || self.minReplicas >= 1",
-         check=lambda a: a.engine != "keda" or a.min_replicas >= 1,
-         message="autoscaling.minReplicas 0 (scale to zero) is not supported yet with engine keda: nothing "
-                 "would hold the first request while a replica starts; set minReplicas to 1 or more"),
+         message="autoscaling.minReplicas 0 needs engine keda (and scaleToZero): the HorizontalPodAutoscaler "
+                 "cannot scale up from zero pods on Pods metrics (vLLM exports none from zero pods), and nothing "
+                 "would hold the first request while a replica starts"),
+    Rule(cel="self.minReplicas >= 1 || has(self.scaleToZero)",
+         check=lambda a: a.min_replicas >= 1 or a.scale_to_zero is not None,
+         message="autoscaling.minReplicas 0 needs autoscaling.scaleToZero: scale to zero is only safe with a "
+                 "component that holds the first request while a replica starts (the KEDA HTTP add-on's "
+                 "interceptor); `scaleToZero: {}` takes the defaults (idle 600 s, hold 600 s)"),
+    Rule(cel="!has(self.scaleToZero) || self.minReplicas == 0",
+         check=lambda a: a.scale_to_zero is None or a.min_replicas == 0,
+         message="autoscaling.scaleToZero is set but autoscaling.minReplicas is not 0: set minReplicas to 0 to "
+                 "scale an idle fleet to zero, or remove scaleToZero"),
+    Rule(cel="!has(self.scaleToZero) || self.engine == 'keda'",
+         check=lambda a: a.scale_to_zero is None or a.engine == "keda",
+         message="autoscaling.scaleToZero needs engine keda: the HorizontalPodAutoscaler cannot scale from zero "
+                 "pods (vLLM exports no metric from zero pods) and nothing would hold the first request; KEDA "
+                 "wakes the fleet when the KEDA HTTP add-on's interceptor holds a request for it"),
+    Rule(cel="!has(self.scaleToZero) || self.enabled",
+         check=lambda a: a.scale_to_zero is None or a.enabled,
+         message="autoscaling.scaleToZero needs autoscaling.enabled: true (without an autoscaler the fleet runs "
+                 "spec.replicas and never scales to zero)"),
     Rule(cel="!self.enabled || self.engine != 'keda' || has(self.keda)",
          check=lambda a: not a.enabled or a.engine != "keda" or a.keda is not None,
          message="autoscaling.keda.prometheusAddress is required with engine keda: the URL of the Prometheus "
@@ -109,9 +180,9 @@ class Autoscaling(ApiModel, rules=[
                                       "a KEDA ScaledObject (keda.sh/v1alpha1) with Prometheus triggers on the "
                                       "same signals, targets and behavior; the cluster must serve KEDA's CRD. "
                                       "Never both: switching deletes the old autoscaler before making the new.")
-    min_replicas: int = Field(default=1, ge=0, le=1000, description="Fewest replicas (at least 1 for now: "
-                              "vLLM exports no queue metric from zero pods, and scale to zero needs a "
-                              "component that holds the first request).")
+    min_replicas: int = Field(default=1, ge=0, le=1000, description="Fewest replicas. 0 scales an idle fleet to "
+                              "zero: needs engine keda and scaleToZero (the KEDA HTTP add-on holds the first "
+                              "request while a replica starts).")
     max_replicas: int | None = Field(default=None, ge=1, le=1000, description="Most replicas.")
     queue_depth: QueueDepthMetric = Field(default_factory=QueueDepthMetric, description="Primary signal: "
                                           "vLLM's waiting requests (vllm:num_requests_waiting), summed over "
@@ -126,6 +197,9 @@ class Autoscaling(ApiModel, rules=[
                                       "scale-down pacing.")
     keda: KedaOptions | None = Field(default=None, description="Engine keda: where KEDA reads the metrics "
                                      "(required with engine keda).")
+    scale_to_zero: ScaleToZero | None = Field(default=None, description="With minReplicas 0: when an idle fleet "
+                                              "goes to zero and how long a request is held while it comes back "
+                                              "(engine keda and the KEDA HTTP add-on v0.15+).")
 
 
 class Monitoring(ApiModel):

@@ -55,6 +55,13 @@ class Plan:
     # spec.pools: each pool planned as the fleet it is (pool_view), shortest first. The fleet's own replicas are
     # their sum, its capacity None (each pool has its own).
     pools: tuple[PoolPlan, ...] = ()
+    # autoscaling.scaleToZero (engine keda): the KEDA HTTP add-on's InterceptorRoute is made, so its CRD must be
+    # served (reconcile/workload.py).
+    scale_to_zero: bool = False
+    # With scale to zero, where a cold start gets the weights (reconcile/cold_start.py model_cached_condition):
+    # "claim" (source.pvc), "prefetched" (model.cache with prefetch), "cached" (model.cache), "downloaded" (a hub
+    # source without model.cache: every new pod downloads them again). None without scale to zero.
+    cold_start_weights: str | None = None
 
     @property
     def feasible(self) -> bool:
@@ -136,6 +143,7 @@ def _plan_fleet(cr: QwenInference, config: OperatorConfig, assess_capacity: bool
     from qwen_fleet.plan.planner import assess  # the capacity part has its own module
 
     capacity, problems, warnings = assess(spec) if assess_capacity else (None, [], [])
+    scale_to_zero = autoscaling.enabled and autoscaling.engine == "keda" and autoscaling.scale_to_zero is not None
     serving, serving_problems = plan_serving(spec, spec.model.served_model_name or cr.name)
     return Plan(
         name=cr.name,
@@ -158,7 +166,18 @@ def _plan_fleet(cr: QwenInference, config: OperatorConfig, assess_capacity: bool
         autoscaler=None if not autoscaling.enabled else (
             "ScaledObject" if autoscaling.engine == "keda" else "HorizontalPodAutoscaler"),
         routing_kinds=_routing_kinds(spec),
+        scale_to_zero=scale_to_zero,
+        cold_start_weights=_cold_start_weights(spec) if scale_to_zero else None,
     )
+
+
+def _cold_start_weights(spec: QwenInferenceSpec) -> str:
+    model = spec.model
+    if model.source.pvc is not None:
+        return "claim"
+    if model.cache is None:
+        return "downloaded"
+    return "prefetched" if model.cache.prefetch.enabled else "cached"
 
 
 def _routing_kinds(spec: QwenInferenceSpec) -> tuple[str, ...]:

@@ -37,6 +37,10 @@ The executor (controller.py) only carries a ChangeSet out. The rules, each with 
 - A model prefetch Job (model.cache.prefetch) that has not succeeded holds the fleet: only the cache claim and
   the Job are applied, nothing is pruned, and the rest (a new fleet's Deployment and Service, a running fleet's
   change to a new model) waits until the Job has succeeded (reconcile/prefetch.py says why).
+- A child rendered with an ownerReference without a uid is owned by another child, named by kind and name (the
+  scale-to-zero proxy Service by the fleet's InterceptorRoute: render/scale_to_zero.py). It is applied only once
+  the watch has seen that owner (not being deleted), with the owner's uid; until then it waits, and the owner's
+  watch event brings the next reconcile. When the owner is pruned, the garbage collector deletes the child.
 - Nothing is applied or deleted for a spec the operator refuses (Stalled) or the apiserver refused for this
   generation (until the spec changes or the next resync): a running fleet keeps running.
 """
@@ -127,6 +131,7 @@ def plan_changes(desired: Sequence[Mapping[str, Any]] | None, observed: Mapping[
     to_apply = [o for o in desired if o["kind"] not in _FRONT] if migrating == "making" else desired
     if _switching_autoscaler(desired, observed):
         to_apply = [o for o in to_apply if o["kind"] not in AUTOSCALER_KINDS]
+    to_apply = _with_child_owners(to_apply, observed)
     prefetch = prefetch_of(desired, observed)
     prefetching = prefetch is not None and not prefetch.done
     if prefetching:
@@ -195,6 +200,28 @@ def _migration(desired: Sequence[Mapping[str, Any]], observed: Mapping[ChildKey,
     if wanted is None or not any(_is_workload(k, fleet) and k != wanted for k in observed):
         return None
     return "done" if workload_ready(observed.get(wanted)) else "making"
+
+
+def _with_child_owners(objs: Sequence[Mapping[str, Any]],
+                       observed: Mapping[ChildKey, Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The objects, those owned by another child given that child's uid; those whose owner is not seen yet (or
+    is going) left out for now."""
+    out: list[Mapping[str, Any]] = []
+    for obj in objs:
+        refs = obj["metadata"].get("ownerReferences") or []
+        if all(ref.get("uid") for ref in refs):
+            out.append(obj)
+            continue
+        filled = []
+        for ref in refs:
+            owner = (observed.get((str(ref["kind"]), str(ref["name"]))) or {}).get("metadata") or {}
+            uid = ref.get("uid") or owner.get("uid")
+            if not uid or (not ref.get("uid") and owner.get("deletionTimestamp")):
+                break
+            filled.append({**ref, "uid": uid})
+        else:
+            out.append({**obj, "metadata": {**obj["metadata"], "ownerReferences": filled}})
+    return out
 
 
 def _replicas_handover(desired: Sequence[Mapping[str, Any]], observed: Mapping[ChildKey, Mapping[str, Any]],

@@ -21,6 +21,8 @@ from qwen_fleet.api.messages import validation_message
 from qwen_fleet.config import OperatorConfig
 from qwen_fleet.plan import Plan, make_plan
 from qwen_fleet.reconcile.changes import AUTOSCALER_KINDS, HANDOVER_MANAGER, ChangeSet, plan_changes
+from qwen_fleet.reconcile.cold_start import MODEL_CACHED
+from qwen_fleet.reconcile.cold_start import describe as describe_cold_start
 from qwen_fleet.reconcile.kube import KubeClient, KubeError
 from qwen_fleet.reconcile.prefetch import Prefetch, prefetch_of
 from qwen_fleet.reconcile.queue import Key
@@ -31,6 +33,7 @@ from qwen_fleet.reconcile.workload import (
     INFERENCE_OBJECTIVE,
     INFERENCE_POOL,
     KEDA,
+    KEDA_HTTP,
     LWS,
     missing_capability,
     pools_rollout_view,
@@ -38,8 +41,9 @@ from qwen_fleet.reconcile.workload import (
     workload_kind,
 )
 from qwen_fleet.render import Capabilities, render_children
-from qwen_fleet.render.common import endpoint_url, selector_string
+from qwen_fleet.render.common import selector_string
 from qwen_fleet.render.routing import default_pool, pool_name
+from qwen_fleet.render.scale_to_zero import client_endpoint
 
 log = logging.getLogger("qwen_fleet.reconcile")
 
@@ -108,6 +112,7 @@ class Controller:
             prometheus_rule=await self.kube.api_exists("monitoring.coreos.com/v1", "prometheusrules"),
             leader_worker_set=await self.kube.api_exists(LWS.api_version, LWS.plural),
             keda=await self.kube.api_exists(KEDA.api_version, KEDA.plural),
+            keda_http=await self.kube.api_exists(KEDA_HTTP.api_version, KEDA_HTTP.plural),
             inference_pool=await self.kube.api_exists(INFERENCE_POOL.api_version, INFERENCE_POOL.plural),
             inference_objective=await self.kube.api_exists(INFERENCE_OBJECTIVE.api_version,
                                                            INFERENCE_OBJECTIVE.plural),
@@ -216,7 +221,7 @@ class Controller:
                         nccl=nccl_status(pods), prefetch=prefetch)
         old = raw.get("status") or {}
         new = compute_status(old, generation, result.outcome, plan, view, _now(),
-                             endpoint=endpoint_url(cr) if cr else None, selector=selector_string(cr) if cr else None,
+                             endpoint=client_endpoint(cr) if cr else None, selector=selector_string(cr) if cr else None,
                              pools=pools)
         patch = status_patch(old, new)
         if patch is not None:
@@ -231,6 +236,9 @@ class Controller:
         self._events(raw, old, new, result)
 
     def _events(self, raw: dict[str, Any], old: dict[str, Any], new: dict[str, Any], result: Result) -> None:
+        cold = (new.get("autoscaling") or {}).get("lastColdStart")
+        if cold and cold != (old.get("autoscaling") or {}).get("lastColdStart"):
+            self.emit(raw, "Normal", "ColdStart", describe_cold_start(cold))
         if result.applied:
             self.emit(raw, "Normal", "Applied", "; ".join(result.applied)[:1000])
         if result.deleted:
@@ -246,10 +254,13 @@ class Controller:
                 self.emit(raw, "Normal", "Ready", cond["message"])
             elif cond["type"] == "Ready" and cond["reason"] in TROUBLE:
                 self.emit(raw, "Warning", cond["reason"], cond["message"])
-            elif cond["type"] == "Ready" and cond["reason"] == "ModelPrefetching":
-                self.emit(raw, "Normal", "ModelPrefetching", cond["message"])
+            elif cond["type"] == "Ready" and cond["reason"] in ("ModelPrefetching", "ScalingFromZero"):
+                self.emit(raw, "Normal", cond["reason"], cond["message"])
             elif cond["type"] == "Ready" and prev is not None and prev.get("status") == "True":
                 self.emit(raw, "Warning", "NotReady", f"{cond['reason']}: {cond['message']}")
+            elif cond["type"] == MODEL_CACHED and cond["status"] == "False":
+                # Scale to zero downloading the model at every cold start: it works, slowly (cold_start.py).
+                self.emit(raw, "Warning", cond["reason"], cond["message"])
             elif cond["type"] == "ScaledObjectFallback" and cond["status"] == "True":
                 # KEDA's queries fail and it holds a fallback count: the fleet no longer follows its load.
                 self.emit(raw, "Warning", "ScaledObjectFallbackTrue", cond["message"])

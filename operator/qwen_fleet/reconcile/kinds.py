@@ -48,6 +48,10 @@ CHILD_KINDS: tuple[ChildKind, ...] = (
     ChildKind("HorizontalPodAutoscaler", "autoscaling", "v2", "horizontalpodautoscalers", prunable=True),
     # The autoscaler of engine keda (render/keda.py): KEDA makes and drives its own HPA from it.
     ChildKind("ScaledObject", "keda.sh", "v1alpha1", "scaledobjects", prunable=True, optional=True),
+    # Scale to zero (render/scale_to_zero.py): the KEDA HTTP add-on's route to the fleet. Its <fleet>-proxy Service
+    # is owned by the route, so pruning the route (scale to zero turned off) lets the garbage collector take the
+    # Service too, while the operator keeps no `delete` on Services.
+    ChildKind("InterceptorRoute", "http.keda.sh", "v1beta1", "interceptorroutes", prunable=True, optional=True),
     ChildKind("PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets", prunable=True),
     ChildKind("ConfigMap", "", "v1", "configmaps", prunable=True),
     ChildKind("PersistentVolumeClaim", "", "v1", "persistentvolumeclaims", prunable=True),

@@ -14,6 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from qwen_fleet.plan import Plan
+from qwen_fleet.reconcile.cold_start import (
+    MODEL_CACHED,
+    model_cached_condition,
+    scale_to_zero_status,
+    scaling_from_zero,
+)
 from qwen_fleet.reconcile.prefetch import Prefetch, failed_message
 from qwen_fleet.render.keda import keda_hpa_name
 
@@ -225,6 +231,19 @@ def compute_status(old_status: dict[str, Any] | None, generation: int, outcome: 
                      condition(old, "Stalled", "False", "Progressing" if not ready else reason, "", generation,
                                now)]
     scaling, autoscaling = _scaling(observed.autoscaler, old, generation, now)
+    if plan is not None and plan.scale_to_zero:
+        autoscaling = {**(autoscaling or {"engine": "keda"}), **scale_to_zero_status(
+            old_status.get("autoscaling"), observed.deployment, observed.pods, now)}
+        if scaling_from_zero(autoscaling) and conds[0]["status"] == "False" and conds[0]["reason"] == "RollingOut":
+            # Not a rollout: KEDA woke the fleet for a held request. Said so, and not as trouble (controller.py).
+            msg = (f"starting from zero: {conds[0]['message']}; the KEDA HTTP add-on's interceptor holds requests "
+                   "until a replica is ready")
+            conds = [condition(old, "Ready", "False", "ScalingFromZero", msg, generation, now),
+                     condition(old, "Reconciling", "True", "ScalingFromZero", msg, generation, now),
+                     conds[2]]
+        if plan.cold_start_weights is not None:
+            cached, why, words = model_cached_condition(plan.cold_start_weights, plan.model_ref)
+            scaling.append(condition(old, MODEL_CACHED, cached, why, words, generation, now))
     status["conditions"] = conds + scaling
     dep_status = (observed.deployment or {}).get("status") or {}
     for key in ("replicas", "readyReplicas", "updatedReplicas", "availableReplicas"):

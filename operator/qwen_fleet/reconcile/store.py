@@ -21,17 +21,26 @@ from qwen_fleet.reconcile.queue import Key
 from qwen_fleet.render.common import CONTAINER_NAME, INSTANCE_LABEL
 from qwen_fleet.render.deployment import PREFLIGHT_CONTAINER
 from qwen_fleet.render.leaderworkerset import GROUP_INDEX_LABEL, WORKER_INDEX_LABEL
+from qwen_fleet.render.scale_to_zero import INTERCEPTOR_ROUTE_API
 
 ChildKey = tuple[str, str]  # (kind, name)
 # A line that reports an error: "ValueError: ...", "pydantic_core...ValidationError: ...", "api_server.py: error: ..."
 _ERROR_LINE = re.compile(r"(Error|Exception)\b.*:|\berror: ")
 
 
+# Children owned by another child rather than by the QwenInference itself: the scale-to-zero proxy Service, owned
+# by the fleet's InterceptorRoute (render/scale_to_zero.py), which is named as the fleet. Only these: KEDA's own HPA
+# is controlled by the fleet's ScaledObject and carries its labels, and must never count as a child (it would be
+# pruned).
+CHILD_OWNERS = {(INTERCEPTOR_ROUTE_API, "InterceptorRoute")}
+
+
 def owner_key(body: Mapping[str, Any]) -> Key | None:
     """The QwenInference that controls this child, from its ownerReferences."""
     meta = body.get("metadata") or {}
     for ref in meta.get("ownerReferences") or []:
-        if ref.get("kind") == KIND and ref.get("apiVersion") == API_VERSION and ref.get("controller"):
+        owner = (ref.get("apiVersion"), ref.get("kind"))
+        if ref.get("controller") and (owner == (API_VERSION, KIND) or owner in CHILD_OWNERS):
             return (str(meta.get("namespace") or ""), str(ref.get("name")))
     return None
 
@@ -53,6 +62,9 @@ def pod_summary(body: Mapping[str, Any]) -> dict[str, Any]:
     """What status needs to know about one pod: scheduling trouble, crash loops, the preflight report."""
     meta, st = body.get("metadata") or {}, body.get("status") or {}
     out: dict[str, Any] = {"name": meta.get("name"), "phase": st.get("phase")}
+    # The timestamps of a start (reconcile/cold_start.py): creation, scheduled, vLLM running, Ready.
+    if meta.get("creationTimestamp"):
+        out["createdAt"] = meta["creationTimestamp"]
     labels = meta.get("labels") or {}
     if str(labels.get(GROUP_INDEX_LABEL, "")).isdigit():  # a pod of a LeaderWorkerSet group (set by LWS)
         out["group"] = int(labels[GROUP_INDEX_LABEL])
@@ -61,9 +73,15 @@ def pod_summary(body: Mapping[str, Any]) -> dict[str, Any]:
     for cond in st.get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
             out["unschedulable"] = cond.get("message") or cond.get("reason")
+        if cond.get("type") in ("PodScheduled", "Ready") and cond.get("status") == "True" \
+                and cond.get("lastTransitionTime"):
+            out["scheduledAt" if cond["type"] == "PodScheduled" else "readyAt"] = cond["lastTransitionTime"]
     for cs in st.get("containerStatuses") or []:
         if cs.get("name") != CONTAINER_NAME:
             continue
+        running = (cs.get("state") or {}).get("running") or {}
+        if running.get("startedAt"):
+            out["startedAt"] = running["startedAt"]
         waiting = (cs.get("state") or {}).get("waiting")
         if waiting:
             out["waitingReason"], out["waitingMessage"] = waiting.get("reason"), waiting.get("message", "")

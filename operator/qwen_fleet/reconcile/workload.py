@@ -20,6 +20,7 @@ from qwen_fleet.render import Capabilities
 WORKLOAD_KINDS = tuple(k.kind for k in CHILD_KINDS if k.workload)
 LWS = CHILD_KIND["LeaderWorkerSet"]
 KEDA = CHILD_KIND["ScaledObject"]
+KEDA_HTTP = CHILD_KIND["InterceptorRoute"]
 # spec.routing's kinds from other projects (render/routing.py).
 INFERENCE_POOL = CHILD_KIND["InferencePool"]
 INFERENCE_OBJECTIVE = CHILD_KIND["InferenceObjective"]
@@ -48,6 +49,13 @@ def missing_capability(plan: Plan, caps: Capabilities) -> Outcome | None:
             f"autoscaling.engine keda makes a KEDA ScaledObject, but this cluster does not serve "
             f"{KEDA.api_version} {KEDA.plural}: install KEDA (v2.21 or later: its CRDs and operator), or set "
             "autoscaling.engine to hpa. Nothing was changed; the operator retries on its next resync.")
+    if plan.scale_to_zero and not caps.keda_http:
+        return Outcome.stalled(
+            "KedaHttpAddOnMissing",
+            f"autoscaling.scaleToZero routes requests through the KEDA HTTP add-on, but this cluster does not "
+            f"serve {KEDA_HTTP.api_version} {KEDA_HTTP.plural}: install the add-on (v0.15 or later: its CRDs, "
+            "interceptor, external scaler and operator), or set autoscaling.minReplicas to 1 and remove "
+            "scaleToZero. Nothing was changed; the operator retries on its next resync.")
     return None
 
 

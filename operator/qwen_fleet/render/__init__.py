@@ -17,6 +17,7 @@ from qwen_fleet.render.monitoring import render_prometheus_rule, render_service_
 from qwen_fleet.render.pools import render_pool_deployments
 from qwen_fleet.render.prefetch import render_prefetch_job
 from qwen_fleet.render.routing import render_routing
+from qwen_fleet.render.scale_to_zero import render_interceptor_route, render_proxy_service, scale_to_zero
 from qwen_fleet.render.service import render_service
 from qwen_fleet.render.stamp import stamped
 
@@ -29,6 +30,8 @@ class Capabilities:
     prometheus_rule: bool = False
     leader_worker_set: bool = False  # multi-node replicas need it; without it such a spec is Stalled
     keda: bool = False  # autoscaling.engine keda needs KEDA's ScaledObject; without it such a spec is Stalled
+    # autoscaling.scaleToZero needs the KEDA HTTP add-on's InterceptorRoute; without it such a spec is Stalled.
+    keda_http: bool = False
     # spec.routing needs the InferencePool; with a gateway, the HTTPRoute; with priority classes, the
     # InferenceObjective. Without the one it needs, such a spec is Stalled.
     inference_pool: bool = False
@@ -37,7 +40,7 @@ class Capabilities:
 
 
 ALL_CAPABILITIES = Capabilities(service_monitor=True, prometheus_rule=True, leader_worker_set=True, keda=True,
-                                inference_pool=True, http_route=True, inference_objective=True)
+                                keda_http=True, inference_pool=True, http_route=True, inference_objective=True)
 
 
 def render_children(cr: QwenInference, plan: Plan, caps: Capabilities) -> list[dict[str, Any]]:
@@ -61,6 +64,9 @@ def render_children(cr: QwenInference, plan: Plan, caps: Capabilities) -> list[d
     children.append(render_service(cr))
     if spec.autoscaling.enabled:  # one autoscaler, never both (reconcile/changes.py: switching engines)
         children.append(render_scaled_object(cr) if spec.autoscaling.engine == "keda" else render_hpa(cr))
+    stz = scale_to_zero(cr)
+    if stz is not None:  # the KEDA HTTP add-on's route to the fleet, and the address that works at zero
+        children += [render_interceptor_route(cr, stz), render_proxy_service(cr, stz)]
     if plan.max_replicas > 1:
         children.append(render_pdb(cr))
     if spec.monitoring.service_monitor and caps.service_monitor:

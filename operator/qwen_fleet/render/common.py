@@ -64,6 +64,7 @@ def metadata(cr: QwenInference, name: str | None = None, labels: dict[str, str] 
 
 
 def endpoint_url(cr: QwenInference) -> str:
+    """The fleet's own Service (render/scale_to_zero.py client_endpoint says where clients go)."""
     return f"http://{cr.name}.{cr.namespace}.svc:{cr.spec.service.port}/v1"
 
 

@@ -139,13 +139,26 @@ def _health() -> dict[str, Any]:
     return {"path": "/health", "port": HTTP_PORT_NAME}
 
 
+# Probe timing (docs/autoscaling.md, "Cold start defaults"). A replica serves once its readiness probe passes,
+# and the kubelet only starts that probe after the startup probe succeeded; so the two periods add straight to
+# every start (from zero, a rollout, a recreated pod) while the model is long loaded. Both probe often: /health
+# is a cheap local call. The startup probe's patience is its period times its failure threshold, the spec's
+# startupTimeoutSeconds (a slow answer costs one failure, not a kill); liveness only starts after it, so a
+# loading model is never killed for being slow.
+STARTUP_PERIOD_SECONDS = 2
+READINESS_PERIOD_SECONDS = 2
+# Readiness leaves the Service after ~16 s of failed /health (8 x 2 s), as before with 3 x 5 s: vLLM's /health
+# can be slow under load, and a busy replica taken out of rotation moves its load onto the others.
+READINESS_FAILURE_THRESHOLD = 8
+
+
 def _probes(cr: QwenInference) -> dict[str, Any]:
-    startup_period = 10
-    # Startup: patient enough for a download and load (startupTimeoutSeconds); liveness only starts after it.
+    startup_timeout = cr.spec.engine.startup_timeout_seconds
     return {
-        "startupProbe": {"httpGet": _health(), "periodSeconds": startup_period, "timeoutSeconds": 5,
-                         "failureThreshold": math.ceil(cr.spec.engine.startup_timeout_seconds / startup_period)},
-        "readinessProbe": {"httpGet": _health(), "periodSeconds": 5, "timeoutSeconds": 3, "failureThreshold": 3},
+        "startupProbe": {"httpGet": _health(), "periodSeconds": STARTUP_PERIOD_SECONDS, "timeoutSeconds": 5,
+                         "failureThreshold": math.ceil(startup_timeout / STARTUP_PERIOD_SECONDS)},
+        "readinessProbe": {"httpGet": _health(), "periodSeconds": READINESS_PERIOD_SECONDS, "timeoutSeconds": 3,
+                           "failureThreshold": READINESS_FAILURE_THRESHOLD},
         "livenessProbe": {"httpGet": _health(), "periodSeconds": 15, "timeoutSeconds": 10,
                           "failureThreshold": 4},
     }

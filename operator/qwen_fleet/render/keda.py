@@ -27,6 +27,7 @@ from qwen_fleet.api import QwenInference
 from qwen_fleet.render.autoscaler import behavior_rules, scale_target
 from qwen_fleet.render.common import metadata, number
 from qwen_fleet.render.metric_names import FLEET_LABEL, GPU_UTIL_SERIES, KV_CACHE_SERIES, QUEUE_SERIES
+from qwen_fleet.render.scale_to_zero import external_push_trigger, scale_to_zero
 
 # KEDA names the HPA it makes for a ScaledObject so (controllers/keda/hpa.go getHPAName, KEDA v2.21.0), unless
 # advanced.horizontalPodAutoscalerConfig.name says otherwise (we never set it).
@@ -67,14 +68,26 @@ def render_scaled_object(cr: QwenInference) -> dict[str, Any]:
     if auto.gpu_utilization.enabled:
         triggers.append(_trigger("gpu-utilization", address, queries["gpu-utilization"],
                                  auto.gpu_utilization.target_percent))
+    spec: dict[str, Any] = {
+        "scaleTargetRef": scale_target(cr),
+        "minReplicaCount": auto.min_replicas,
+        "maxReplicaCount": auto.max_replicas or auto.min_replicas,
+    }
+    stz = scale_to_zero(cr)
+    if stz is not None:
+        # KEDA scales to zero when no trigger has been active for cooldownPeriod (each Prometheus trigger is active
+        # above 0: a queue or a non-empty KV cache), and a new ScaledObject not before initialCooldownPeriod
+        # (pkg/scaling/executor/scale_scaledobjects.go scaleToZeroOrIdle; its default, 0, would take a new fleet
+        # to zero at KEDA's first look). The add-on's trigger wakes it (render/scale_to_zero.py).
+        spec["cooldownPeriod"] = stz.idle_seconds
+        spec["initialCooldownPeriod"] = stz.idle_seconds
+        triggers.append(external_push_trigger(cr, stz))
     return {
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "ScaledObject",
         "metadata": metadata(cr),
         "spec": {
-            "scaleTargetRef": scale_target(cr),
-            "minReplicaCount": auto.min_replicas,
-            "maxReplicaCount": auto.max_replicas or auto.min_replicas,
+            **spec,
             "advanced": {
                 # restoreToOriginalReplicaCount is left at KEDA's default, false: deleting the ScaledObject (a switch
                 # to engine hpa, autoscaling turned off) leaves the replica count where KEDA's HPA put it, as
