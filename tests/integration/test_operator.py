@@ -22,10 +22,12 @@ pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]
 # Single-node examples: Deployments. Multi-node ones (LeaderWorkerSets) need the LWS controller, which this
 # session's cluster does not run: tests/integration/test_lws_controller.py takes them. Autoscaling engine keda
-# needs KEDA's CRD, which only tests/integration/test_keda.py installs (and removes): it takes those.
+# needs KEDA's CRD, which only tests/integration/test_keda.py installs (and removes): it takes those. Routing (and
+# pools, which need it) needs the Inference Extension's CRDs: tests/integration/test_pools.py takes those.
 EXAMPLES = [p for p in sorted((ROOT / "examples").glob("*.yaml"))
             if (yaml.safe_load(p.read_text())["spec"].get("parallelism") or {}).get("nodes", 1) == 1
-            and (yaml.safe_load(p.read_text())["spec"].get("autoscaling") or {}).get("engine", "hpa") == "hpa"]
+            and (yaml.safe_load(p.read_text())["spec"].get("autoscaling") or {}).get("engine", "hpa") == "hpa"
+            and "routing" not in yaml.safe_load(p.read_text())["spec"]]
 
 
 def _load(path: Path) -> dict[str, Any]:

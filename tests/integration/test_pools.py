@@ -11,9 +11,11 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from qwen_fleet.api.pools import POOLS_SWITCH_MESSAGE
 from qwen_fleet_dev.cluster import LocalCluster
@@ -22,6 +24,7 @@ from tests.support.operator_process import OperatorProcess
 from tests.support.third_party import crd_name, third_party_crds
 
 pytestmark = pytest.mark.cluster
+ROOT = Path(__file__).resolve().parents[2]
 CRDS = ("inferencepools.inference.networking.k8s.io", "inferenceobjectives.inference.networking.x-k8s.io",
         "httproutes.gateway.networking.k8s.io")
 POOLS = [{"name": "short", "maxRequestTokens": 2048, "engine": {"maxNumSeqs": 64}},
@@ -108,3 +111,30 @@ def test_pools_cannot_be_switched_on_or_off(cluster: LocalCluster, crd: Any, nam
     out = cluster.kubectl("replace", "-n", namespace, "-f", "-", input=json.dumps(_fleet(after, "switch")),
                           check=False)
     assert out.returncode != 0 and POOLS_SWITCH_MESSAGE in out.stderr, out.stderr
+
+
+def test_the_length_pools_example_becomes_ready_pool_by_pool(cluster: LocalCluster, operator: OperatorProcess,
+                                                             namespace: str) -> None:
+    """examples/qwen3-8b-length-pools.yaml as a user applies it (test_operator's example test leaves routing
+    examples to this module, which installs the Inference Extension's CRDs)."""
+    _install_crds(cluster)
+    path = ROOT / "examples" / "qwen3-8b-length-pools.yaml"
+    doc = yaml.safe_load(path.read_text())
+    name, names = doc["metadata"]["name"], [p["name"] for p in doc["spec"]["pools"]]
+    cluster.kubectl("apply", "-n", namespace, "-f", str(path))
+    want = {p["name"]: p.get("replicas", 1) for p in doc["spec"]["pools"]}
+
+    def all_ready() -> list[dict[str, Any]] | None:
+        pools = ((get(cluster, "qwi", name, namespace) or {}).get("status") or {}).get("pools") or []
+        return pools if {p["name"]: p["readyReplicas"] for p in pools} == want else None
+
+    pools = wait_fleet(cluster, namespace, name, operator.tail, "every pool of the example Ready", all_ready,
+                       timeout=180)
+    assert [p["name"] for p in pools] == names
+    for pool in doc["spec"]["pools"]:
+        dep = get(cluster, "deployment", f"{name}-{pool['name']}", namespace) or {}
+        args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert args[args.index("--max-model-len") + 1] == str(pool["maxRequestTokens"])
+    conditions = (get(cluster, "qwi", name, namespace) or {})["status"]["conditions"]
+    ready = next(c for c in conditions if c["type"] == "Ready")
+    assert ready["status"] == "True", ready
