@@ -17,6 +17,10 @@ from qwen_fleet_dev.cluster import LocalCluster
 from tests.support.operator_process import OperatorProcess
 from tests.support.serving import RenderedServer, rendered_server
 from tests.support.tiny_qwen import TinyQwen, make_tiny_model
+from tests.support.vllm_server import EAGER_ENV
+
+# Test engines skip vLLM's per-start torch.compile unless their argv chooses a mode (tests/support/vllm_server.py).
+os.environ.setdefault(EAGER_ENV, "1")
 
 ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = ROOT / "crds" / "qwenfleet.io_qweninferences.yaml"
