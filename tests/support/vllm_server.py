@@ -12,7 +12,8 @@ Under pytest (``EAGER_ENV``, set by tests/conftest.py) a server whose argv makes
 own runs with ``--enforce-eager``: ready in ~39 s instead of ~65 s on an idle machine. What the tests check (the
 API, metrics, KV-cache sizes, parsers, scheduling, drain) does not depend on compiled or eager execution; an
 argv that names a mode (``--enforce-eager``/``--no-enforce-eager``, ``-O…``, ``--compilation-config…``,
-``-cc.…``) keeps it, so does a pipeline-parallel argv (``with_test_compile_mode``), and the real-node tests run the rendered Deployment unchanged in the engine image.
+``-cc.…``) keeps it, so does a pipeline-parallel argv (``with_test_compile_mode``), and the real-node
+tests run the rendered Deployment unchanged in the engine image.
 """
 
 from __future__ import annotations
