@@ -47,8 +47,12 @@ DEFAULT_STARTUP_TIMEOUT_S = 900.0
 # Prometheus do not share CPUs with a vLLM replica; on this 2-core machine they do, and a busy engine (its
 # worker's OpenMP threads on both cores) starved the apiserver, the HPA's metrics path and the load's own
 # clients for minutes in a full run (docs/vllm-contract.md, "Metrics under load"). Lower priority only matters
-# when the CPU is contended: the engine still takes every cycle nobody else wants.
-ENGINE_NICE = 5
+# when the CPU is contended: the engine still takes every cycle nobody else wants. Nice 19, not 5: CFS weighs
+# every runnable thread, and a busy engine keeps several runnable at once (its worker, and the engine core and
+# worker spinning on vLLM's shared-memory queues with sched_yield for 1 s after each read,
+# distributed/device_communicators/shm_broadcast.py); at nice 5 (weight 335 each against the apiserver's 1024)
+# the HPA e2e still saw minutes of apiserver timeouts in full runs, and a 30 s shell loop beside it woke 40 s late.
+ENGINE_NICE = 19
 EAGER_ENV = "QF_TEST_ENGINE_EAGER"
 _COMPILE_CHOICES = ("--enforce-eager", "--no-enforce-eager", "-O", "--compilation-config", "-cc.", "-cc")
 # Variables of the project venv that must not leak into the engine's interpreter.
