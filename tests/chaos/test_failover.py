@@ -28,6 +28,7 @@ FLEETS = 16
 LEASE = "qwen-fleet-failover"
 DURATION_S, RENEW_DEADLINE_S, RETRY_S = 15.0, 10.0, 2.0  # the chart's defaults
 IN_FLIGHT_S = 1.0  # see after_kill below
+SCHEDULING_SLACK_S = 4.0  # see the takeover bound below
 CHILD_RESOURCES = {"deployments", "services", "horizontalpodautoscalers", "poddisruptionbudgets", "configmaps"}
 
 
@@ -157,8 +158,11 @@ def test_standby_takes_over_from_a_killed_leader_without_double_applies(
         assert standby_early == [], [w["requestURI"] for w in standby_early[:10]]
         assert after_kill == [], [(w["requestReceivedTimestamp"], w["requestURI"]) for w in after_kill[:10]]
         # The standby notices on a retry (every RETRY_S, +20% jitter), once the record has stood still for a
-        # lease duration on its clock: at most one duration and two retries after the last renewal.
-        assert since_renewal_s <= DURATION_S + 2 * RETRY_S * 1.2 + 0.5, figures
+        # lease duration on its clock: one duration and two retries after the last renewal, plus what a loaded
+        # 2-core machine adds to the standby's timers (a clean-clone run of 2026-12-02 took over 21.7 s after
+        # the last renewal, 1.4 s past the bare sum, while the suite's first vLLM engine was starting). The
+        # slack stays well under a second lease duration, the bug this bound is here for.
+        assert since_renewal_s <= DURATION_S + 2 * RETRY_S * 1.2 + SCHEDULING_SLACK_S, figures
         assert lease["leaseTransitions"] >= 1
     finally:
         a.stop()
