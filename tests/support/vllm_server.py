@@ -34,6 +34,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from qwen_fleet.api.engine_flags import flag_key, resolve, vllm_flags
 from qwen_fleet_dev.cluster import free_port  # below the kernel's ephemeral range; re-exported for tests
 from qwen_fleet_dev.processes import _die_with_parent
 
@@ -54,17 +55,22 @@ DEFAULT_STARTUP_TIMEOUT_S = 900.0
 # the HPA e2e still saw minutes of apiserver timeouts in full runs, and a 30 s shell loop beside it woke 40 s late.
 ENGINE_NICE = 19
 EAGER_ENV = "QF_TEST_ENGINE_EAGER"
-_COMPILE_CHOICES = ("--enforce-eager", "--no-enforce-eager", "-O", "--compilation-config", "-cc.", "-cc")
+_COMPILE_DESTS = frozenset({"enforce_eager", "optimization_level", "compilation_config"})
 # Variables of the project venv that must not leak into the engine's interpreter.
 _DROP_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTEST_CURRENT_TEST", "PYTEST_ADDOPTS")
 
 
 def with_test_compile_mode(argv: Sequence[str]) -> list[str]:
-    """``argv`` plus ``--enforce-eager`` under pytest when it makes no compilation choice (module docstring)."""
+    """``argv`` plus ``--enforce-eager`` under pytest when it makes no compilation choice (module docstring).
+    Options are read through vLLM's own flag table (``qwen_fleet.api.engine_flags``): aliases such as ``-O3``,
+    ``-cc.mode``, ``-pp`` and ``--enforce_eager`` count as what vLLM takes them for."""
     out = list(argv)
-    if os.environ.get(EAGER_ENV) != "1" or any(a.startswith(_COMPILE_CHOICES) for a in out[1:]):
+    if os.environ.get(EAGER_ENV) != "1":
         return out
-    if _pipeline_stages(out) > 1:
+    given = _dests(out[1:])
+    if given.keys() & _COMPILE_DESTS:
+        return out
+    if int(given.get("pipeline_parallel_size", 1)) > 1:
         # vLLM 0.32's CPU runner allocates a pipeline stage's intermediate tensors only in the compile warm-up:
         # eager, the last stage fails its first step ("assert self.intermediate_tensors is not None" in
         # gpu_model_runner.sync_and_gather_intermediate_tensors; seen in test_lws_group_serves).
@@ -72,14 +78,16 @@ def with_test_compile_mode(argv: Sequence[str]) -> list[str]:
     return [*out, "--enforce-eager"]
 
 
-def _pipeline_stages(argv: Sequence[str]) -> int:
-    for i, arg in enumerate(argv):
-        for flag in ("--pipeline-parallel-size", "-pp"):
-            if arg == flag and i + 1 < len(argv):
-                return int(argv[i + 1])
-            if arg.startswith(flag + "="):
-                return int(arg.split("=", 1)[1])
-    return 1
+def _dests(args: Sequence[str]) -> dict[str, str]:
+    """vLLM's destination of each option in ``args`` -> its value (the token after it, or after ``=``)."""
+    table, out = vllm_flags().by_option, {}
+    for i, token in enumerate(args):
+        key = flag_key(token)
+        options = resolve(key) if key else []
+        if len(options) == 1:
+            value = token.split("=", 1)[1] if "=" in token else (args[i + 1] if i + 1 < len(args) else "")
+            out[table[options[0]].dest] = value
+    return out
 
 
 def _engine_child() -> None:  # runs in the child between fork and exec
