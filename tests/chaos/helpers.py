@@ -122,6 +122,45 @@ def pods_of(rest: Rest, ns: str, name: str | None = None) -> list[dict[str, Any]
     return list_items(rest, f"/api/v1/namespaces/{ns}/pods", selector)
 
 
+def fleet_snapshot(cluster: LocalCluster, rest: Rest, ns: str, name: str, log_lines: int = 25) -> str:
+    """What a failed wait needs to say where a fleet's rollout stopped: its status, Deployment, ReplicaSets, pods,
+    the nodes they are on, and the last lines of the control-plane components that move a rollout along."""
+    def brief(path: str, pick: Any) -> str:
+        try:
+            return json.dumps(pick(rest.get(path)), default=str)
+        except Exception as err:  # the snapshot is best effort: say what could not be read
+            return f"<{path}: {err}>"
+
+    deps = f"/apis/apps/v1/namespaces/{ns}/deployments/{name}"
+    selector = urllib.parse.quote(f"{INSTANCE_LABEL}={name}")
+    parts = [
+        "status: " + brief(f"{QWI_PATH.format(ns=ns)}/{name}", lambda o: {
+            "generation": o["metadata"].get("generation"), "status": o.get("status")}),
+        "deployment: " + brief(deps, lambda o: {"generation": o["metadata"].get("generation"),
+                                                "status": o.get("status")}),
+        "replicasets: " + brief(f"/apis/apps/v1/namespaces/{ns}/replicasets?labelSelector={selector}", lambda o: [
+            {"name": rs["metadata"]["name"], "status": rs.get("status")} for rs in o["items"]]),
+        "pods: " + brief(f"/api/v1/namespaces/{ns}/pods?labelSelector={selector}", lambda o: [
+            {"name": p["metadata"]["name"], "node": p["spec"].get("nodeName"), "phase": p["status"].get("phase"),
+             "deleting": p["metadata"].get("deletionTimestamp"),
+             "conditions": {c["type"]: c["status"] for c in p["status"].get("conditions") or []}}
+            for p in o["items"]]),
+        "nodes: " + brief("/api/v1/nodes", lambda o: [
+            {"name": n["metadata"]["name"], "taints": n["spec"].get("taints"),
+             "ready": [c["status"] for c in n["status"].get("conditions") or [] if c["type"] == "Ready"]}
+            for n in o["items"] if n["spec"].get("taints") or not any(
+                c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions") or [])]),
+    ]
+    for component in ("kube-controller-manager", "kube-scheduler", "kwok"):
+        path = cluster.workdir / "logs" / f"{component}.log"
+        try:
+            tail = path.read_text(errors="replace").splitlines()[-log_lines:]
+        except FileNotFoundError:
+            tail = ["<no log>"]
+        parts.append(f"--- {component} (last {log_lines} lines)\n" + "\n".join(tail))
+    return "\n".join(parts)
+
+
 def reconcile_totals(metrics_text: str) -> dict[str, float]:
     """qwen_fleet_reconcile_total by result label, from the operator's /metrics text."""
     totals: dict[str, float] = {}

@@ -21,6 +21,7 @@ from tests.chaos.helpers import (
     condition,
     container_args,
     flag,
+    fleet_snapshot,
     get_or_none,
     qwi,
     record,
@@ -87,7 +88,11 @@ def test_operator_rides_out_an_apiserver_outage(chaos_cluster: LocalCluster, cha
     wait_until("the change applied and the Service restored", lambda: _applied(rest, ns, name, 128, old_uid),
                180, interval=0.5)
     applied = time.monotonic()
-    wait_until("Ready for the new generation", lambda: _ready(rest, ns, name), 180, interval=0.5)
+    try:
+        wait_until("Ready for the new generation", lambda: _ready(rest, ns, name), 180, interval=0.5)
+    except AssertionError as err:  # say where the rollout stopped: CI keeps nothing but this message
+        raise AssertionError(f"{err}\n{fleet_snapshot(chaos_cluster, rest, ns, name)}\n"
+                             f"--- operator (last 60 lines)\n{chaos_operator.tail(60)}") from None
     recovered = time.monotonic()
     time.sleep(RESYNC_SECONDS)  # and the log stays quiet once it has recovered
     log = window.text()
