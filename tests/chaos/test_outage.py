@@ -6,14 +6,13 @@ readable: the number of traceback and log lines is bounded (quoted in docs/relia
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 
 from qwen_fleet_dev.cluster import LocalCluster
 from qwen_fleet_dev.rest import Rest
-from tests.chaos.conftest import RESYNC_SECONDS
+from tests.chaos.conftest import OUTAGE_S, RESYNC_SECONDS
 from tests.chaos.helpers import (
     QWI_PATH,
     LogWindow,
@@ -33,9 +32,9 @@ from tests.support.operator_process import OperatorProcess
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-# The brief's 30 s plus the etcd and apiserver restarts is about kopf's default retry budget for a watch
-# request (1+1+2+3+5+8+13+21 = 54 s); a minute is beyond it, as a control-plane upgrade can be.
-OUTAGE_S = int(os.environ.get("QF_CHAOS_OUTAGE_S", "30"))
+# OUTAGE_S (conftest, QF_CHAOS_OUTAGE_S): the brief's 30 s plus the etcd and apiserver restarts is about kopf's
+# default retry budget for a watch request (1+1+2+3+5+8+13+21 = 54 s); a minute is beyond it, as a control-plane
+# upgrade can be.
 # Bounds on what one operator may log about one 30 s outage (and the minute after it). A retry loop that logs a
 # traceback per attempt, per watch and per resource would blow through both within seconds.
 MAX_TRACEBACKS = 10
