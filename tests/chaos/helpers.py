@@ -151,13 +151,9 @@ def fleet_snapshot(cluster: LocalCluster, rest: Rest, ns: str, name: str, log_li
             for n in o["items"] if n["spec"].get("taints") or not any(
                 c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions") or [])]),
     ]
-    for component in ("kube-controller-manager", "kube-scheduler", "kwok"):
-        path = cluster.workdir / "logs" / f"{component}.log"
-        try:
-            tail = path.read_text(errors="replace").splitlines()[-log_lines:]
-        except FileNotFoundError:
-            tail = ["<no log>"]
-        parts.append(f"--- {component} (last {log_lines} lines)\n" + "\n".join(tail))
+    for part in ("kube-controller-manager", "kube-scheduler", "kwok"):
+        component = cluster.components.get(part)
+        parts.append(f"--- {part} (last {log_lines} lines)\n" + (component.tail(log_lines) if component else "<none>"))
     return "\n".join(parts)
 
 
