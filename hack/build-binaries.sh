@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the real control-plane binaries from the Go module proxy, pinned, cached outside the repository.
 #
-#   hack/build-binaries.sh [component...]    components: k8s node etcd kwok helm prometheus adapter
+#   hack/build-binaries.sh [component...]    components: k8s node (kubelet, kube-proxy, coredns) etcd kwok helm prometheus adapter
 #                                            kubeconform lws epp keda keda-http
 #                                            (default: all but epp, keda and keda-http)
 #
@@ -73,7 +73,28 @@ build_k8s() { build_k8s_cmds control-plane kube-apiserver kube-controller-manage
 
 # kubelet and kube-proxy for the real node (opt-in: LocalCluster(real_node=True)); its container runtime
 # comes from Debian (hack/real-node-deps.sh).
-build_node() { build_k8s_cmds node kubelet kube-proxy; }
+build_node() { build_k8s_cmds node kubelet kube-proxy; build_coredns; }
+
+# CoreDNS, the real node's cluster DNS (its pods resolve <service>.<namespace>.svc through it). Same wrapper-module
+# recipe as the adapter; CoreDNS's go.mod has no replace or exclude directives. The default plugin set (plugin.cfg
+# as the module ships it): the kubernetes, ready, health, cache and errors plugins are all the node uses.
+build_coredns() {
+  local out="$QF_CACHE/coredns/$COREDNS_VERSION/bin"
+  have_all "$out" coredns && return 0
+  log "building coredns $COREDNS_VERSION (~1.5 min on 2 cores once the Go module cache has its dependencies)"
+  local mod; mod=$(mktemp -d "${TMPDIR:-/tmp}/qf-coredns-mod.XXXXXX")
+  (
+    cd "$mod"
+    go mod init qwen-fleet.local/corednsbin >/dev/null 2>&1
+    go mod edit -require="github.com/coredns/coredns@$COREDNS_VERSION"
+    printf '//go:build tools\n\npackage tools\n\nimport _ "github.com/coredns/coredns"\n' > tools.go
+    go mod tidy
+    mkdir -p "$out.tmp"
+    go build -trimpath -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=module-proxy" \
+      -o "$out.tmp/coredns" github.com/coredns/coredns
+  )
+  rm -rf "$out"; mv "$out.tmp" "$out"; rm -rf "$mod"
+}
 
 build_etcd() {
   local out="$QF_CACHE/etcd/$ETCD_VERSION/bin"

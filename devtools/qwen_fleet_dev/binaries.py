@@ -44,6 +44,7 @@ class Binaries:
     # The real node's programs (only a cluster with ``real_node=True`` needs them; see realnode.NodeBinaries).
     kubelet: Path
     kube_proxy: Path
+    coredns: Path
 
     def missing(self) -> list[Path]:
         files = [self.etcd, self.kube_apiserver, self.kube_controller_manager, self.kube_scheduler,
@@ -54,7 +55,7 @@ class Binaries:
         return gone
 
     def missing_node(self) -> list[Path]:
-        return [p for p in (self.kubelet, self.kube_proxy) if not os.access(p, os.X_OK)]
+        return [p for p in (self.kubelet, self.kube_proxy, self.coredns) if not os.access(p, os.X_OK)]
 
 
 def locate() -> Binaries:
@@ -72,6 +73,7 @@ def locate() -> Binaries:
         helm=root / "helm" / versions.HELM / "bin" / "helm",
         kubelet=k8s / "kubelet",
         kube_proxy=k8s / "kube-proxy",
+        coredns=root / "coredns" / versions.COREDNS / "bin" / "coredns",
     )
 
 
@@ -81,7 +83,7 @@ class BinariesMissing(RuntimeError):
 
 def ensure(build: bool = True, real_node: bool = False) -> Binaries:
     """Return the binaries, building the missing ones first when ``build`` is set (with ``real_node``,
-    also kubelet and kube-proxy)."""
+    also kubelet, kube-proxy and CoreDNS)."""
     bins = locate()
     missing = bins.missing() + (bins.missing_node() if real_node else [])
     if not missing:

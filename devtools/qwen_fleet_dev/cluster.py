@@ -169,8 +169,8 @@ class LocalCluster:
         self.started_at: float | None = None
         self.startup_seconds: float | None = None
         self.apiserver_host = "127.0.0.1"
-        self.real_node = RealNode(self.workdir, NodeBinaries(self.bins.kubelet, self.bins.kube_proxy),
-                                  tie_to_parent) if real_node else None
+        node_bins = NodeBinaries(self.bins.kubelet, self.bins.kube_proxy, self.bins.coredns)
+        self.real_node = RealNode(self.workdir, node_bins, tie_to_parent) if real_node else None
         # The real LeaderWorkerSet controller and its webhooks (devcluster/lws.py).
         self.lws = LeaderWorkerSetController(self.workdir, self.kubeconfig, free_port(), free_port()) \
             if leader_worker_set else None

@@ -14,6 +14,8 @@ from qwen_fleet_dev.images import PAUSE_IMAGE
 
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 KUBELET_PORT = 10250
+CLUSTER_DOMAIN = "cluster.local"
+COREDNS_READY_PORT = 8181  # CoreDNS's ready plugin, on the node's loopback
 
 
 @dataclass(frozen=True)
@@ -174,6 +176,9 @@ def kubelet_config(dirs: NodeDirs, node_ip: str, client_ca: Path, cgroup_root: s
         "enforceNodeAllocatable": [],
         "failSwapOn": False,
         "podLogsDir": str(dirs.pod_logs),
+        # Pods resolve <service>.<namespace>.svc through the node's CoreDNS (see ``corefile``).
+        "clusterDNS": [node_ip],
+        "clusterDomain": CLUSTER_DOMAIN,
         # Shared CI disks are often fuller than the 10-15% defaults; the node should not evict test pods. Absolute
         # floors, not 1%: on this machine's 252 GB disk 1% is 2.5 GB, and with other work's files and the engine
         # image's ~13 GB in the node's containerd the disk went under it: every fleet pod was evicted (DiskPressure).
@@ -186,6 +191,23 @@ def kubelet_config(dirs: NodeDirs, node_ip: str, client_ca: Path, cgroup_root: s
         "nodeStatusUpdateFrequency": "5s",
         "maxPods": 110,
     }
+
+
+def corefile(node_ip: str, kubeconfig: Path) -> str:
+    """CoreDNS answering the cluster's names on the node's address (the kubelet's ``clusterDNS``). No ``forward``:
+    nothing outside the cluster can be reached from these machines, so other names fail at once instead of
+    waiting on an upstream. No ``cache``: a Service made a moment ago resolves on the next lookup."""
+    return f"""\
+.:53 {{
+    bind {node_ip}
+    errors
+    ready 127.0.0.1:{COREDNS_READY_PORT}
+    kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{
+        kubeconfig {kubeconfig}
+        fallthrough in-addr.arpa ip6.arpa
+    }}
+}}
+"""
 
 
 def kube_proxy_config(kubeconfig: Path, node_name: str, node_ip: str, pod_cidr: str) -> dict[str, Any]:

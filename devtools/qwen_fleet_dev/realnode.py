@@ -1,7 +1,7 @@
-"""A real Kubernetes node beside kwok's fake ones: containerd + runc + CNI bridge, kubelet and kube-proxy.
+"""A real Kubernetes node beside kwok's fake ones: containerd + runc + CNI bridge, kubelet, kube-proxy and CoreDNS.
 
 Opt-in (``LocalCluster(real_node=True)``, ``qwen-fleet dev up --real-node``): pods scheduled here really
-run, so probes, logs, exec, Service routing and graceful termination are the real thing.
+run, so probes, logs, exec, Service routing, cluster DNS and graceful termination are the real thing.
 
 The node lives in a network namespace of its own (``nodenet``), so kubelet gets a non-loopback node IP that
 belongs to this project, and two clusters side by side keep their kube-proxy rules and ports apart. Its
@@ -32,10 +32,12 @@ import yaml
 from qwen_fleet_dev import images, nodeclean
 from qwen_fleet_dev.kubeconfig import write_kubeconfig
 from qwen_fleet_dev.nodefiles import (
+    COREDNS_READY_PORT,
     KUBELET_SYSCTLS,
     PRIVATE_TMPFS,
     NodeDirs,
     containerd_toml,
+    corefile,
     kube_proxy_config,
     kubelet_config,
     mount_namespace_script,
@@ -48,6 +50,9 @@ from qwen_fleet_dev.rest import Rest
 NODE_NAME = "real-node-0"
 NODE_LABEL = ("type", "real")
 KUBE_PROXY_USER = "system:kube-proxy"  # bound to ClusterRole system:node-proxier by default RBAC
+COREDNS_USER = "qwen-fleet:coredns"  # bound at start to a ClusterRole with what CoreDNS's kubernetes plugin reads
+COREDNS_RULES = [{"apiGroups": [""], "resources": ["services", "namespaces"], "verbs": ["list", "watch"]},
+                 {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]}]
 # What the node runs or calls besides kubelet and kube-proxy (Debian packages: hack/real-node-deps.sh).
 RUNTIME_PROGRAMS = ("containerd", "ctr", "runc", "containerd-shim-runc-v2", "iptables", "ip", "nsenter", "unshare",
                     "curl")
@@ -61,9 +66,10 @@ class RealNodeError(RuntimeError):
 class NodeBinaries:
     kubelet: Path
     kube_proxy: Path
+    coredns: Path
 
     def missing(self) -> list[str]:
-        gone = [str(p) for p in (self.kubelet, self.kube_proxy) if not os.access(p, os.X_OK)]
+        gone = [str(p) for p in (self.kubelet, self.kube_proxy, self.coredns) if not os.access(p, os.X_OK)]
         gone += [name for name in RUNTIME_PROGRAMS if shutil.which(name) is None]
         gone += [str(p) for p in (images.BUSYBOX, Path("/usr/lib/cni/bridge")) if not p.exists()]
         return gone
@@ -82,6 +88,7 @@ class RealNode:
         self.net: NodeNetwork | None = None
         self.kubelet_token = secrets.token_hex(16)
         self.proxy_token = secrets.token_hex(16)
+        self.dns_token = secrets.token_hex(16)
         self.components: dict[str, Component] = {}
         self.client_pki: KubeletClientPki | None = None
         self.mntns: Path | None = None
@@ -107,7 +114,8 @@ class RealNode:
 
     def token_lines(self) -> str:
         return (f'{self.kubelet_token},system:node:{self.name},{self.name},"system:nodes"\n'
-                f"{self.proxy_token},{KUBE_PROXY_USER},{KUBE_PROXY_USER}\n")
+                f"{self.proxy_token},{KUBE_PROXY_USER},{KUBE_PROXY_USER}\n"
+                f"{self.dns_token},{COREDNS_USER},{COREDNS_USER}\n")
 
     def apiserver_flags(self) -> list[str]:
         assert self.net and self.client_pki
@@ -127,10 +135,26 @@ class RealNode:
         self._component("kubelet", self._kubelet_argv())
         self._component("kube-proxy", [str(self.bins.kube_proxy),
                                        f"--config={self.dirs.root / 'kube-proxy.yaml'}"])
+        self._allow_coredns(rest)
+        dns = self._component("coredns", [str(self.bins.coredns), "-conf", str(self.dirs.root / "Corefile")])
         wait_for(f"node {self.name} Ready", lambda: _node_ready(rest, self.name), 120, self.components["kubelet"])
         # kube-proxy's /healthz turns 200 once its first full sync of the Service rules is done.
         wait_for("kube-proxy /healthz", lambda: self._in_node("curl", "-sf", "http://127.0.0.1:10256/healthz"),
                  60, self.components["kube-proxy"])
+        # CoreDNS's /ready turns 200 once its kubernetes plugin has synced Services and EndpointSlices.
+        wait_for("coredns /ready", lambda: self._in_node("curl", "-sf", f"http://127.0.0.1:{COREDNS_READY_PORT}/ready"),
+                 60, dns)
+
+    @staticmethod
+    def _allow_coredns(rest: Rest) -> None:
+        name = "qwen-fleet:coredns"
+        rest.create("/apis/rbac.authorization.k8s.io/v1/clusterroles", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
+            "rules": COREDNS_RULES})
+        rest.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": COREDNS_USER}]})
 
     def _write_files(self, server: str) -> None:
         assert self.net and self.client_pki
@@ -145,6 +169,8 @@ class RealNode:
             json.dumps(self.net.cni_conflist(d.cni_ipam_dir), indent=2))
         write_kubeconfig(d.root / "kubelet.kubeconfig", server, f"system:node:{self.name}", self.kubelet_token)
         write_kubeconfig(d.root / "kube-proxy.kubeconfig", server, KUBE_PROXY_USER, self.proxy_token)
+        write_kubeconfig(d.root / "coredns.kubeconfig", server, COREDNS_USER, self.dns_token)
+        (d.root / "Corefile").write_text(corefile(self.net.node_ip, d.root / "coredns.kubeconfig"))
         (d.root / "kubelet.yaml").write_text(yaml.safe_dump(
             kubelet_config(d, self.net.node_ip, self.client_pki.ca, self.net.cgroup_root), sort_keys=False))
         (d.root / "kube-proxy.yaml").write_text(yaml.safe_dump(kube_proxy_config(
@@ -217,7 +243,7 @@ class RealNode:
 
     def stop(self) -> None:
         """Stop everything and remove what the node made. Safe after a partial start or a crash."""
-        for name in ("kube-proxy", "kubelet", "containerd", "node-mounts"):
+        for name in ("coredns", "kube-proxy", "kubelet", "containerd", "node-mounts"):
             if name == "containerd":
                 # Before containerd goes: containers killed through runc's state, cgroups removed with them.
                 nodeclean.delete_containers(self.dirs.runc_root)

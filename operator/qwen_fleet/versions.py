@@ -33,3 +33,6 @@ KEDA_HTTP_ADDON = "v0.15.0"
 # round-robin picker. The Gateway API's own CRDs (HTTPRoute) from sigs.k8s.io/gateway-api.
 GATEWAY_API_INFERENCE_EXTENSION = "v1.5.0"
 GATEWAY_API = "v1.5.1"
+# The real node's cluster DNS in the local control plane (devtools/qwen_fleet_dev/realnode.py): CoreDNS, which
+# resolves <service>.<namespace>.svc for the node's pods (a batch Job's fleet endpoint).
+COREDNS = "v1.15.0"

@@ -2,7 +2,8 @@
 
 Each test proves one thing only a real node can: the container runs, the kubelet's probe reaches it, the
 pod IP answers from the host, kube-proxy routes a ClusterIP Service (from the host and from another pod),
-the kubelet streams logs and exec, and a deleted pod gets its preStop hook and SIGTERM before it goes.
+a pod finds a Service by name through the node's CoreDNS, the kubelet streams logs and exec, and a deleted
+pod gets its preStop hook and SIGTERM before it goes.
 """
 
 from __future__ import annotations
@@ -94,6 +95,37 @@ def test_a_cluster_ip_service_routes_from_the_host_and_from_a_pod(real_cluster: 
         answers.add(out.rsplit("\n\n", 1)[-1])  # text mode has turned the reply's CRLFs into LFs
     # Both, including backend-a itself: the hairpin case (a pod reaching itself through its Service).
     assert answers == {"hello from backend-a\n", "hello from backend-b\n"}
+
+
+def test_a_pod_resolves_services_by_name_through_the_cluster_dns(real_cluster: LocalCluster, ns: str) -> None:
+    apply(real_cluster, ns, web_pod("named", labels={"app": "named"}))
+    apply(real_cluster, ns, {
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "named"},
+        "spec": {"selector": {"app": "named"}, "ports": [{"port": 80, "targetPort": 8080}]},
+    })
+    wait_ready(real_cluster, ns, "named")
+    cluster_ip = get(real_cluster, ns, "service", "named")["spec"]["clusterIP"]
+    node_ip = _net(real_cluster).node_ip
+    resolv = real_cluster.kubectl("exec", "-n", ns, "named", "--", "cat", "/etc/resolv.conf").stdout
+    assert f"nameserver {node_ip}" in resolv.splitlines()
+    assert f"{ns}.svc.cluster.local svc.cluster.local cluster.local" in resolv
+
+    def lookup(name: str) -> tuple[int, str]:
+        out = real_cluster.kubectl("exec", "-n", ns, "named", "--", "nslookup", name, node_ip, check=False)
+        return out.returncode, out.stdout + out.stderr
+
+    code, answer = lookup(f"named.{ns}.svc.cluster.local")
+    assert code == 0 and f"Address: {cluster_ip}" in answer, answer
+    # A Service in another namespace, by its FQDN; and a name that does not exist is refused, not invented.
+    code, answer = lookup("kubernetes.default.svc.cluster.local")
+    kubernetes_ip = get(real_cluster, "default", "service", "kubernetes")["spec"]["clusterIP"]
+    assert code == 0 and f"Address: {kubernetes_ip}" in answer, answer
+    code, answer = lookup(f"absent.{ns}.svc.cluster.local")
+    assert code != 0 and "NXDOMAIN" in answer, answer
+    # Through the search path and the Service address, as an HTTP client in a pod would (nc resolves the short name).
+    request = f"printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | nc -w 5 named.{ns}.svc 80"
+    out = real_cluster.kubectl("exec", "-n", ns, "named", "--", "sh", "-c", request).stdout
+    assert out.rsplit("\n\n", 1)[-1] == "hello from named\n"
 
 
 def test_kubectl_logs_and_exec_reach_the_container(real_cluster: LocalCluster, ns: str) -> None:

@@ -415,6 +415,19 @@ def test_qwen3_8b_fp8_runs_in_bfloat16() -> None:
     assert fp8 is not None and (fp8.dtype, fp8.weight_quantization, fp8.unverified_fields) == ("bfloat16", "fp8", ())
 
 
+def test_qwen3_235b_2507_fp8_dtype_is_its_configs() -> None:
+    """The repo's config.json, vendored by oracle/accelerated-data-science: torch_dtype bfloat16 (docs/catalog.md)."""
+    fp8 = find_model("Qwen/Qwen3-235B-A22B-Instruct-2507-FP8")
+    assert fp8 is not None
+    assert (fp8.dtype, fp8.weight_quantization, fp8.unverified_fields) == ("bfloat16", "fp8", ())
+    assert any("oracle/accelerated-data-science" in source for source in fp8.sources)
+
+
+def test_no_catalog_value_is_left_unverified() -> None:
+    """Every value has a source now; a new unverified one must be listed in docs/catalog.md (test above)."""
+    assert [(m.name, m.unverified_fields) for m in MODELS if m.unverified_fields] == []
+
+
 def test_qwen36_27b_mlp_width_read_from_a_parsed_config() -> None:
     """ohdearquant/lattice's Qwen3.6-27B preset and its test on the downloaded config.json: intermediate_size 17408
     (docs/catalog.md, "Verified since")."""

@@ -18,6 +18,9 @@ _HF = "https://huggingface.co/"
 # vLLM's AWQ kernels take float16 activations only (AWQConfig.get_supported_act_dtypes -> [half]).
 _VLLM_AWQ = "https://docs.vllm.ai/en/v0.15.0/api/vllm/model_executor/layers/quantization/awq/"
 _VLLM_FP8 = "https://docs.vllm.ai/en/v0.32.0/features/quantization/llm_compressor/fp8/"
+_ORACLE_235B_FP8_CONFIG = ("https://github.com/oracle/accelerated-data-science/blob/"
+                           "0e785b9fd36fb354019e0924b94ac2b0ec6f235a/tests/unitary/with_extras/aqua/test_data/"
+                           "recommend/config-json-files/Qwen3-235B-A22B-Instruct-2507-FP8.json")
 
 QUANTIZATION_METHODS = ("awq", "gptq", "fp8")
 
@@ -81,9 +84,10 @@ QUANTIZED_MODELS: tuple[ModelFacts, ...] = (
         QWEN3_235B_A22B_2507,
         "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8",
         method="fp8",
+        # The repo's config.json (`torch_dtype` bfloat16), vendored as a test fixture by
+        # oracle/accelerated-data-science (docs/catalog.md, "Verified since").
         dtype="bfloat16",
-        extra_sources=(_VLLM_FP8,),
-        unverified_fields=("dtype",),
+        extra_sources=(_VLLM_FP8, _ORACLE_235B_FP8_CONFIG),
     ),
 )
 
