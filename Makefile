@@ -95,7 +95,7 @@ test-contract: venv vllm-venv ## against the real vLLM engine on CPU
 test-e2e: setup ## end to end: cluster + operator + metrics + engine
 	$(VENV)/bin/pytest -p no:cacheprovider tests/e2e $(PYTEST_ARGS)
 
-.PHONY: generate vllm-flags lint kube-schemas validate-manifests bench bench-keda bench-scale-to-zero bench-scale-to-zero-node bench-serving bench-batch bench-routing cluster-up cluster-down
+.PHONY: generate vllm-flags lint kube-schemas validate-manifests bench bench-keda bench-scale-to-zero bench-scale-to-zero-node bench-serving bench-batch bench-batch-node bench-routing cluster-up cluster-down
 vllm-flags: vllm-venv ## regenerate vLLM's flag table (engine.extraArgs is checked against it) from its parser
 	VLLM_TARGET_DEVICE=cpu "$$(hack/vllm-venv.sh)" hack/vllm-flags.py > operator/qwen_fleet/catalog/vllm_flags.json.tmp
 	mv operator/qwen_fleet/catalog/vllm_flags.json.tmp operator/qwen_fleet/catalog/vllm_flags.json
@@ -141,6 +141,9 @@ bench-serving: venv vllm-venv ## serving sweep (vllm bench serve) on the tiny mo
 	$(PY) -m bench.serving $(BENCH_SERVING_ARGS)
 
 BENCH_BATCH_ARGS ?=
+bench-batch-node: setup ## interactive TTFT beside QwenBatches (priority 10 vs 0, default and saturating concurrency) on the real node: operator pod, fleet pod, batch Jobs; bench/results/batch-real-node.{md,json}
+	$(PY) -m bench.batch_real_node $(BENCH_BATCH_NODE_ARGS)
+
 bench-batch: venv vllm-venv ## interactive TTFT during a QwenBatch (priority 10 vs 0) on one tiny CPU engine, ~10 min; bench/results/batch-priority.{md,json}
 	$(PY) -m bench.batch_priority $(BENCH_BATCH_ARGS)
 

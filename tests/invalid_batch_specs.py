@@ -42,4 +42,11 @@ BATCH_CASES = [
          "less than or equal to 20"),
     Case("kueue-queue-name", merged({"fleetRef": None, "dedicated": {"model": "m", "queueName": "bad name!"}},
                                     BATCH_BASE), "spec.dedicated.queueName", "String should match pattern"),
+    Case("model-claim-relative-path",
+         merged({"fleetRef": None, "dedicated": {"model": "m", "modelClaim": {"claimName": "w", "path": "models/x"}}},
+                BATCH_BASE), "spec.dedicated.modelClaim.path", "String should match pattern"),
+    _rule("dedicated-env-value-and-value-from",
+          {"fleetRef": None, "dedicated": {"model": "m", "env": [
+              {"name": "TOKEN", "value": "x", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}},
+          "an environment variable takes value or valueFrom, not both"),
 ]

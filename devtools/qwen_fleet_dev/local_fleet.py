@@ -23,19 +23,25 @@ KV_SPACE_GIB = 1
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def model_volume(namespace: str, model_dir: Path) -> list[dict[str, Any]]:
-    """A hostPath PersistentVolume with the model directory and the claim bound to it by name."""
-    pv_name = f"{namespace}-{MODEL_CLAIM}"
+def host_path_claim(namespace: str, claim: str, host_dir: Path, access_mode: str = "ReadOnlyMany"
+                    ) -> list[dict[str, Any]]:
+    """A hostPath PersistentVolume over ``host_dir`` and the claim ``claim`` bound to it by name."""
+    pv_name = f"{namespace}-{claim}"
     pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv_name},
-          "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadOnlyMany"], "storageClassName": "",
+          "spec": {"capacity": {"storage": "1Gi"}, "accessModes": [access_mode], "storageClassName": "",
                    "persistentVolumeReclaimPolicy": "Retain",
-                   "hostPath": {"path": str(model_dir), "type": "Directory"},
-                   "claimRef": {"namespace": namespace, "name": MODEL_CLAIM}}}
+                   "hostPath": {"path": str(host_dir), "type": "Directory"},
+                   "claimRef": {"namespace": namespace, "name": claim}}}
     pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-           "metadata": {"name": MODEL_CLAIM, "namespace": namespace},
-           "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "", "volumeName": pv_name,
+           "metadata": {"name": claim, "namespace": namespace},
+           "spec": {"accessModes": [access_mode], "storageClassName": "", "volumeName": pv_name,
                     "resources": {"requests": {"storage": "1Gi"}}}}
     return [pv, pvc]
+
+
+def model_volume(namespace: str, model_dir: Path) -> list[dict[str, Any]]:
+    """A hostPath PersistentVolume with the model directory and the claim bound to it by name."""
+    return host_path_claim(namespace, MODEL_CLAIM, model_dir)
 
 
 def cpu_fleet(name: str, image: str, replicas: int = 1, extra_args: tuple[str, ...] = (),

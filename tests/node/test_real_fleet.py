@@ -30,40 +30,18 @@ from qwen_fleet_dev.cluster import LocalCluster
 from qwen_fleet_dev.engine_image import EngineImage
 from qwen_fleet_dev.local_fleet import apply, chat, cpu_fleet, model_volume, service_url, wait_for_answer
 from qwen_fleet_dev.metrics_stack import MetricsStack, chart_adapter_rules
-from qwen_fleet_dev.operator_image import OperatorImage, ensure_operator_image
+from qwen_fleet_dev.operator_image import OperatorImage
 from qwen_fleet_dev.processes import wait_for
 from qwen_fleet_dev.realnode import NODE_NAME
 from tests.e2e.conftest import _ensure_metrics_binaries
 from tests.node.pods import get
-from tests.support.operator_chart import NAMESPACE, RELEASE, SERVICE_ACCOUNT, OperatorRelease, install_operator
+from tests.support.operator_chart import NAMESPACE, RELEASE, SERVICE_ACCOUNT, OperatorRelease
 from tests.support.real_fleet import FleetWatch, SteadyLoad, hpa_queue_value, pod_metrics
 
 # In `make test` (and alone: `make test-real-fleet`). A hang connecting to the fleet's ClusterIP after the pod was
 # Ready was seen once, in the stop that added the module, and never again (8 passed cold in 706.7 s, warm 604.1 s).
 pytestmark = [pytest.mark.cluster, pytest.mark.real_fleet]
 FLEET = "tiny"
-
-
-@pytest.fixture(scope="module")
-def operator_image(real_cluster: LocalCluster) -> OperatorImage:
-    image = ensure_operator_image()
-    assert real_cluster.real_node is not None
-    real_cluster.real_node.import_archive_dir(image.archive)
-    return image
-
-
-@pytest.fixture(scope="module")
-def fleet_operator(real_cluster: LocalCluster, operator_image: OperatorImage,
-                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorRelease]:
-    """The chart's operator pod (helm install --wait: its Deployment available), with the CRDs it installs."""
-    release = install_operator(real_cluster, operator_image)
-    try:
-        yield release
-    finally:
-        log = tmp_path_factory.mktemp("fleet-operator") / "operator.log"
-        log.write_text(release.logs(tail=-1))
-        print(f"operator pod log: {log}")
-        release.uninstall()
 
 
 @pytest.fixture(scope="module")

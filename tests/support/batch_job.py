@@ -4,7 +4,8 @@ verbatim from the Job the operator renders (operator/qwen_fleet/render/batch.py)
 
 1. volumes: every mountPath, wherever it appears (an argument, an environment value, inside the engine's
    ``sh -c`` script), is rewritten to the local directory standing in for that volume (``claim-0`` -> a tmp
-   dir, ``work`` -> a tmp dir: a new one per pod, as an emptyDir is);
+   dir, ``work`` -> a tmp dir: a new one per pod, as an emptyDir is; the engine's memory-backed ``dshm`` ->
+   this machine's own /dev/shm, unless the caller names another);
 2. interpreters: the runner's ``qwen-fleet`` entry point -> ``python -m qwen_fleet.cli`` of this venv; the
    engine's ``python3`` -> the CPU engine venv's interpreter (same vLLM version);
 3. ``--batch NAMESPACE/NAME`` is dropped from the runner: it names the QwenBatch whose status the runner
@@ -65,6 +66,7 @@ def pod_containers(job: dict[str, Any]) -> list[dict[str, Any]]:
 def _mounts(container: dict[str, Any], volumes: dict[str, Path]) -> list[tuple[str, str]]:
     """(mountPath, local dir), longest mountPath first; every volume must have a local stand-in."""
     pairs = []
+    volumes = {"dshm": Path("/dev/shm"), **volumes}
     for mount in container.get("volumeMounts", []):
         if mount["name"] not in volumes:
             raise KeyError(f"volume {mount['name']!r} of container {container['name']!r} has no local directory")

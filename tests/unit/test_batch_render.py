@@ -93,6 +93,33 @@ def test_dedicated_job_stages_runs_vllm_run_batch_on_gpus_and_reports_from_a_sid
                            "--max-model-len", "4096", "--gpu-memory-utilization", "0.9"]
     assert engine["resources"]["limits"]["nvidia.com/gpu"] == 2
     assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+    # Two GPUs' workers exchange tensors through /dev/shm: 4Gi a GPU, as a fleet's pod gets.
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}} in pod["volumes"]
+
+
+def test_dedicated_reads_the_weights_from_a_claim_under_the_specs_name_on_cpu() -> None:
+    batch = _batch({"fleetRef": None, "dedicated": {
+        "model": "tiny", "gpus": 0, "enforceEager": True, "modelClaim": {"claimName": "weights", "path": "/qwen/tiny/"},
+        "env": [{"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"}, {"name": "HF_HOME", "value": "/elsewhere"}],
+        "resources": {"cpu": "1", "memory": "5Gi"}}})
+    pod = render_job(batch, RUNNER, ENGINE)["spec"]["template"]["spec"]
+    (engine,) = pod["containers"]
+    # The lines name "tiny"; the weights are the claim's directory, offline.
+    assert engine["command"][4:] == ["--model", "/models/qwen/tiny", "--served-model-name", "tiny", "--enforce-eager"]
+    assert {"name": "model", "mountPath": "/models", "readOnly": True} in engine["volumeMounts"]
+    assert {"name": "model", "persistentVolumeClaim": {"claimName": "weights", "readOnly": True}} in pod["volumes"]
+    # The spec's env replaces a default of the same name and adds the rest, once each.
+    env = {e["name"]: e["value"] for e in engine["env"]}
+    assert env == {"HF_HOME": "/elsewhere", "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_OFFLINE": "1",
+                   "VLLM_CPU_KVCACHE_SPACE": "1"}
+    assert len(engine["env"]) == len(env)
+    # No GPU: no GPU limit, no GPU toleration; CPU as asked, memory as asked plus the memory-backed /dev/shm
+    # (1Gi for one device or none: vLLM's engine core needs more than a container's default 64 MiB).
+    assert engine["resources"]["limits"] == {"cpu": "1", "memory": "6Gi"} and "tolerations" not in pod
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}} in pod["volumes"]
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in engine["volumeMounts"]
+    # Only the engine mounts the weights: the runner's stage and progress containers never read them.
+    assert all(m["name"] != "model" for c in pod["initContainers"] for m in c["volumeMounts"])
 
 
 def test_dedicated_with_a_kueue_queue_is_created_suspended_and_labelled() -> None:

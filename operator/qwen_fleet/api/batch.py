@@ -23,6 +23,7 @@ from qwen_fleet.api.base import (
     Quantity,
     Rule,
 )
+from qwen_fleet.api.engine import EnvVar, PvcSource
 from qwen_fleet.api.resource import NAME_FORMAT_RULE, Condition
 
 BATCH_KIND = "QwenBatch"
@@ -115,8 +116,12 @@ class DedicatedResources(ApiModel):
 class DedicatedSpec(ApiModel):
     """Run the batch with `vllm run-batch` on GPUs of its own (no fleet needed)."""
 
-    model: str = Field(max_length=256, pattern=TOKEN, description="Model repo id (or a path in the image).")
+    model: str = Field(max_length=256, pattern=TOKEN, description="Model repo id (or a path in the image). With "
+                       "modelClaim, the name the lines' body.model use (--served-model-name).")
     revision: str | None = Field(default=None, max_length=128, pattern=TOKEN, description="Model revision.")
+    model_claim: PvcSource | None = Field(default=None, description="Read the weights from this claim (mounted at "
+                                          "/models, the model directory at its path) instead of downloading them: "
+                                          "air-gapped clusters, or the claim a fleet serves from.")
     image: str | None = Field(default=None, max_length=512, pattern=IMAGE, description="vLLM image (default: "
                               "the operator's default engine image).")
     gpus: int = Field(default=1, ge=0, le=16, description="GPUs of the pod; vLLM's --tensor-parallel-size. 0 "
@@ -129,10 +134,15 @@ class DedicatedSpec(ApiModel):
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1,
                                                  description="--gpu-memory-utilization.")
     dtype: Literal["auto", "bfloat16", "float16", "float32"] | None = Field(default=None, description="--dtype.")
+    enforce_eager: bool | None = Field(default=None, description="--enforce-eager: no CUDA graphs or torch.compile "
+                                       "(a CPU image without a C compiler needs it).")
     queue_name: str | None = Field(default=None, max_length=63, pattern=LABEL_VALUE, description="Kueue "
                                    "LocalQueue: the Job gets kueue.x-k8s.io/queue-name and is created "
                                    "suspended, for Kueue to admit it onto free GPUs.")
     node_selector: dict[str, str] = Field(default_factory=dict, description="Node labels the pod needs.")
+    env: list[EnvVar] = Field(default_factory=list, max_length=64, description="Extra environment of the vLLM "
+                              "container (e.g. VLLM_CPU_KVCACHE_SPACE for a CPU build); replaces a default of "
+                              "the same name.")
 
 
 class QwenBatchSpec(ApiModel, rules=[

@@ -16,14 +16,18 @@ from typing import Any
 from qwen_fleet.api import API_VERSION
 from qwen_fleet.api.batch import BATCH_KIND, BATCH_PLURAL, QwenBatch
 from qwen_fleet.config import MANAGED_BY
+from qwen_fleet.plan import MODEL_MOUNT, default_shm_bytes
+from qwen_fleet.plan import quantities as q
 from qwen_fleet.render.common import MANAGED_BY_LABEL, number
-from qwen_fleet.render.deployment import GPU_TOLERATION
+from qwen_fleet.render.deployment import GPU_TOLERATION, env_var
 
 BATCH_LABEL = "qwenfleet.io/batch"  # on the Job and its pods: how the operator finds a batch's Job
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 INPUT_MOUNT, OUTPUT_MOUNT, WORK_MOUNT = "/batch/input", "/batch/output", "/batch/work"
 STAGED = f"{WORK_MOUNT}/pending.jsonl"
 RESULT = f"{WORK_MOUNT}/result.jsonl"
+# Appends argv[1] to argv[2] (what `cat a >> b` does), in one call.
+APPEND = "import shutil, sys; shutil.copyfileobj(open(sys.argv[1], 'rb'), open(sys.argv[2], 'ab'))"
 
 
 def job_name(batch: QwenBatch) -> str:
@@ -106,12 +110,20 @@ def _fleet_pod(batch: QwenBatch, image: str, port: int) -> dict[str, Any]:
     return {"containers": [_runner(batch, image, "runner", args, mounts)], "volumes": volumes}
 
 
+def model_claim_path(path: str) -> str:
+    return f"{MODEL_MOUNT}/{path.strip('/')}".rstrip("/")
+
+
 def run_batch_args(batch: QwenBatch) -> list[str]:
     """`vllm run-batch` arguments after -i/-o: the engine settings the spec names."""
     d = batch.spec.dedicated
     assert d is not None
-    args = ["--model", d.model]
-    if d.revision:
+    if d.model_claim is not None:
+        # The weights from the claim; the lines keep naming the model as the spec does.
+        args = ["--model", model_claim_path(d.model_claim.path), "--served-model-name", d.model]
+    else:
+        args = ["--model", d.model]
+    if d.revision and d.model_claim is None:
         args += ["--revision", d.revision]
     if d.gpus > 1:
         args += ["--tensor-parallel-size", str(d.gpus)]
@@ -119,6 +131,8 @@ def run_batch_args(batch: QwenBatch) -> list[str]:
                         ("--gpu-memory-utilization", d.gpu_memory_utilization), ("--dtype", d.dtype)):
         if value is not None:
             args += [flag, number(value) if isinstance(value, float) else str(value)]
+    if d.enforce_eager:
+        args.append("--enforce-eager")
     return args
 
 
@@ -129,22 +143,41 @@ def _dedicated_pod(batch: QwenBatch, runner_image: str, engine_image: str) -> di
     out_dir = f"{OUTPUT_MOUNT}/{batch.spec.output.pvc.path}"
     # vLLM's run-batch writes its output file once, after the last answer: appended to output.jsonl only when the
     # run succeeded, so a killed run leaves no partial file behind and the next one stages the same lines. It
-    # starts as a module, as the server does: the CPU build's `vllm` script cannot find its own metadata.
+    # starts as a module, as the server does: the CPU build's `vllm` script cannot find its own metadata. The append
+    # is Python's too: an engine image is sure to have python3 and a shell, not coreutils (the local CPU image has
+    # no `cat`).
     script = (f'set -e\nif [ -s {STAGED} ]; then\n'
               f'  python3 -m vllm.entrypoints.openai.run_batch -i {STAGED} -o {RESULT} "$@"\n'
-              f'  cat {RESULT} >> {shlex.quote(out_dir)}/output.jsonl\nfi\n')
+              f'  python3 -c {shlex.quote(APPEND)} {RESULT} {shlex.quote(out_dir)}/output.jsonl\nfi\n')
     limits: dict[str, Any] = {}
     requests: dict[str, Any] = {}
-    for key, value in (("cpu", d.resources.cpu), ("memory", d.resources.memory)):
-        if value is not None:
-            limits[key] = requests[key] = value
+    # vLLM's processes exchange tensors through /dev/shm (the engine core's broadcast queue alone takes 160 MiB
+    # on CPU), and a container's default is 64 MiB: a memory-backed one sized as a fleet's is, counted in the
+    # memory limit as a fleet's is.
+    shm = default_shm_bytes(d.gpus)
+    if d.resources.cpu is not None:
+        limits["cpu"] = requests["cpu"] = d.resources.cpu
+    if d.resources.memory is not None:
+        limits["memory"] = requests["memory"] = q.format_bytes(q.parse(d.resources.memory) + shm)
+    volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": q.format_bytes(shm)}})
     if d.gpus:
         limits[d.gpu_resource_name] = d.gpus
+    env = [{"name": "HF_HOME", "value": f"{WORK_MOUNT}/hf"}, {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"}]
+    if d.model_claim is not None:
+        env.append({"name": "HF_HUB_OFFLINE", "value": "1"})  # nothing to download: the weights are on the claim
+        volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": d.model_claim.claim_name,
+                                                                    "readOnly": d.model_claim.read_only}})
+        engine_mounts = [*mounts, {"name": "model", "mountPath": MODEL_MOUNT, "readOnly": d.model_claim.read_only}]
+    else:
+        engine_mounts = list(mounts)
+    engine_mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    mine = {v.name for v in d.env}
+    env = [e for e in env if e["name"] not in mine] + [env_var(v) for v in d.env]
     engine: dict[str, Any] = {
         "name": "vllm", "image": d.image or engine_image, "imagePullPolicy": "IfNotPresent",
         "command": ["sh", "-c", script, "run-batch", *run_batch_args(batch)],
-        "env": [{"name": "HF_HOME", "value": f"{WORK_MOUNT}/hf"}, {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"}],
-        "volumeMounts": mounts, "resources": {"limits": limits, "requests": requests},
+        "env": env,
+        "volumeMounts": engine_mounts, "resources": {"limits": limits, "requests": requests},
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     stage = _runner(batch, runner_image, "stage", [*input_args, *output_args, "--stage", STAGED], mounts)

@@ -50,11 +50,11 @@ def nccl_env(cr: QwenInference) -> list[dict[str, Any]]:
         env.append({"name": "NCCL_P2P_DISABLE", "value": _flag(nccl.p2p_disable)})
     if nccl.socket_ifname:
         env.append({"name": "NCCL_SOCKET_IFNAME", "value": nccl.socket_ifname})
-    env += [_env_var(v) for v in nccl.env]
+    env += [env_var(v) for v in nccl.env]
     return env
 
 
-def _env_var(var: Any) -> dict[str, Any]:
+def env_var(var: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"name": var.name}
     if var.value is not None:
         out["value"] = var.value
@@ -118,7 +118,7 @@ def _server_env(cr: QwenInference) -> list[dict[str, Any]]:
         env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
     if source.model_scope is not None:
         env.append({"name": "VLLM_USE_MODELSCOPE", "value": "True"})  # vLLM 0.32 envs.py: "1" or "true"
-    return env + hub_env(cr) + nccl_env(cr) + [_env_var(v) for v in cr.spec.engine.env]
+    return env + hub_env(cr) + nccl_env(cr) + [env_var(v) for v in cr.spec.engine.env]
 
 
 def _resources(cr: QwenInference, plan: Plan) -> dict[str, Any]:
