@@ -79,8 +79,8 @@ def write_input(path: Path, requests: int) -> None:
                                   "body": body}) + "\n")
 
 
-def probe(url: str, count: int) -> subprocess.Popen[str]:
-    config = {"url": url, "model": NAME, "count": count, "interval": INTERVAL_S, "max_tokens": INTERACTIVE_MAX_TOKENS}
+def probe(url: str, count: int, model: str = NAME) -> subprocess.Popen[str]:
+    config = {"url": url, "model": model, "count": count, "interval": INTERVAL_S, "max_tokens": INTERACTIVE_MAX_TOKENS}
     return subprocess.Popen([sys.executable, str(PROBE), json.dumps(config)], text=True,
                             stdin=subprocess.PIPE if count <= 0 else subprocess.DEVNULL, stdout=subprocess.PIPE)
 

@@ -67,7 +67,7 @@ def batch_phase(cluster: LocalCluster, data: Path, url: str, name: str, priority
     """One QwenBatch through the fleet with the interactive client beside it."""
     out_path = f"out-{name}"
     output_dir(data, out_path)
-    interactive = probe(url, 0)
+    interactive = probe(url, 0, FLEET)
     time.sleep(1.0)
     applied = time.time()
     apply(cluster, NS, fleet_batch(name, FLEET, concurrency=concurrency, priority=priority, output_path=out_path))
@@ -81,6 +81,9 @@ def batch_phase(cluster: LocalCluster, data: Path, url: str, name: str, priority
     status = batch_status(cluster, NS, name)
     written = Written.read(data, out_path)
     seconds = end - begin
+    if len(written.output) != requests or written.duplicates():
+        raise RuntimeError(f"{name}: {len(written.output)} of {requests} answered, {len(written.duplicates())} "
+                           f"duplicated: {status}")
     return {"batch": {"priority": priority, "concurrency": concurrency, "state": status.get("state"),
                       "completed": len(written.output), "failed": len(written.errors),
                       "duplicates": len(written.duplicates()), "first_answer_after_apply_s": round(begin - applied, 1),
@@ -91,10 +94,9 @@ def batch_phase(cluster: LocalCluster, data: Path, url: str, name: str, priority
 def scenario(cluster: LocalCluster, data: Path, requests: int, interactive: int, saturating: int) -> dict[str, Any]:
     write_input(data, FLEET, requests, malformed=False)
     url = service_url(cluster, NS, FLEET)
-    warm = probe(url, 4)
-    probe_results(warm)
-    phases: dict[str, Any] = {"A": {"what": "no batch", "interactive": ttft_summary(probe_results(probe(url,
-                                                                                                         interactive)))}}
+    probe_results(probe(url, 4, FLEET))  # warm-up
+    alone = probe_results(probe(url, interactive, FLEET))
+    phases: dict[str, Any] = {"A": {"what": "no batch", "interactive": ttft_summary(alone)}}
     plan = [("B", 10, 4), ("C", 0, 4)]
     if saturating:
         plan += [("D", 10, saturating), ("E", 0, saturating)]

@@ -49,4 +49,8 @@ BATCH_CASES = [
           {"fleetRef": None, "dedicated": {"model": "m", "env": [
               {"name": "TOKEN", "value": "x", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}},
           "an environment variable takes value or valueFrom, not both"),
+    _rule("toleration-without-key", {"scheduling": {"tolerations": [{"operator": "Equal", "value": "x"}]}},
+          "a toleration without a key must use operator Exists"),
+    Case("scheduling-bad-label-value", merged({"scheduling": {"nodeSelector": {"type": "not a label!"}}}, BATCH_BASE),
+         "spec.scheduling.nodeSelector.type", "String should match pattern"),
 ]

@@ -16,6 +16,7 @@ from typing import Any
 
 from qwen_fleet_dev.cluster import LocalCluster
 from qwen_fleet_dev.local_fleet import host_path_claim
+from qwen_fleet_dev.realnode import NODE_LABEL
 
 DATA_CLAIM = "batch-data"
 INPUT_PATH = "in/input.jsonl"
@@ -60,9 +61,11 @@ def write_input(host_dir: Path, model: str, requests: int, malformed: bool = Tru
 
 def fleet_batch(name: str, fleet: str, concurrency: int = 4, priority: int | None = None,
                 output_path: str = OUTPUT_PATH) -> dict[str, Any]:
+    # The runner's pod on the real node: a kwok node would fake the Job's success without running anything.
     spec: dict[str, Any] = {"fleetRef": {"name": fleet}, "concurrency": concurrency,
                             "input": {"pvc": {"claimName": DATA_CLAIM, "path": INPUT_PATH}},
-                            "output": {"pvc": {"claimName": DATA_CLAIM, "path": output_path}}}
+                            "output": {"pvc": {"claimName": DATA_CLAIM, "path": output_path}},
+                            "scheduling": {"nodeSelector": {NODE_LABEL[0]: NODE_LABEL[1]}}}
     if priority is not None:
         spec["priority"] = priority
     return {"apiVersion": "qwenfleet.io/v1alpha1", "kind": "QwenBatch", "metadata": {"name": name}, "spec": spec}

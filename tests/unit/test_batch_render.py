@@ -122,6 +122,23 @@ def test_dedicated_reads_the_weights_from_a_claim_under_the_specs_name_on_cpu() 
     assert all(m["name"] != "model" for c in pod["initContainers"] for m in c["volumeMounts"])
 
 
+def test_the_pod_goes_where_spec_scheduling_says_in_both_modes() -> None:
+    placement = {"nodeSelector": {"type": "real"}, "priorityClassName": "batch-low",
+                 "tolerations": [{"key": "team", "operator": "Equal", "value": "a", "effect": "NoSchedule"}]}
+    pod = render_job(_batch({"scheduling": placement}), RUNNER, ENGINE)["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"type": "real"} and pod["priorityClassName"] == "batch-low"
+    assert pod["tolerations"] == [{"key": "team", "operator": "Equal", "value": "a", "effect": "NoSchedule"}]
+    # Dedicated: its own nodeSelector entries are added (and win on a shared key), the GPU toleration too.
+    dedicated = {"fleetRef": None, "scheduling": placement,
+                 "dedicated": {"model": "m", "gpus": 1, "nodeSelector": {"type": "gpu", "zone": "b"}}}
+    pod = render_job(_batch(dedicated), RUNNER, ENGINE)["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"type": "gpu", "zone": "b"}
+    assert [t["key"] for t in pod["tolerations"]] == ["team", "nvidia.com/gpu"]
+    # No placement: nothing is added (the scheduler's choice), and a CPU dedicated pod tolerates no GPU taint.
+    plain = render_job(_batch(), RUNNER, ENGINE)["spec"]["template"]["spec"]
+    assert not {"nodeSelector", "tolerations", "priorityClassName"} & plain.keys()
+
+
 def test_dedicated_with_a_kueue_queue_is_created_suspended_and_labelled() -> None:
     batch = _batch({"fleetRef": None, "dedicated": {"model": "m", "queueName": "gpu-batch"}})
     job = render_job(batch, RUNNER, ENGINE)

@@ -16,14 +16,17 @@ from qwen_fleet.api.base import (
     DNS_SUBDOMAIN,
     IMAGE,
     LABEL_VALUE,
+    QUALIFIED_NAME,
     RESOURCE_NAME,
     TOKEN,
     ApiModel,
     NamedObject,
     Quantity,
     Rule,
+    map_keys_rule,
 )
 from qwen_fleet.api.engine import EnvVar, PvcSource
+from qwen_fleet.api.fleet import LabelValue, Toleration
 from qwen_fleet.api.resource import NAME_FORMAT_RULE, Condition
 
 BATCH_KIND = "QwenBatch"
@@ -145,6 +148,18 @@ class DedicatedSpec(ApiModel):
                               "the same name.")
 
 
+class BatchScheduling(ApiModel, rules=[map_keys_rule("nodeSelector", QUALIFIED_NAME, "scheduling.nodeSelector")]):
+    """Where the batch's pod may run. Through a fleet it is a light client (100m CPU), and with no placement it
+    goes to any schedulable node; dedicated, dedicated.nodeSelector and the GPU toleration are added to this."""
+
+    node_selector: dict[str, LabelValue] = Field(default_factory=dict, max_length=32,
+                                                 description="Node labels the pod needs.")
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=32, description="Taints the pod "
+                                          "tolerates.")
+    priority_class_name: str | None = Field(default=None, max_length=253, pattern=DNS_SUBDOMAIN,
+                                            description="PriorityClass of the pod.")
+
+
 class QwenBatchSpec(ApiModel, rules=[
     _exactly_one(("fleetRef", "dedicated"), "spec"),
     Rule(cel="!has(self.dedicated) || has(self.output.pvc)",
@@ -158,6 +173,8 @@ class QwenBatchSpec(ApiModel, rules=[
     fleet_ref: FleetRef | None = Field(default=None, description="Send the requests to this QwenInference's "
                                        "Service, behind interactive traffic (priority).")
     dedicated: DedicatedSpec | None = Field(default=None, description="Run vllm run-batch on own GPUs.")
+    scheduling: BatchScheduling = Field(default_factory=BatchScheduling, description="Where the Job's pod "
+                                        "runs (both modes).")
     concurrency: int = Field(default=4, ge=1, le=256, description="Requests in flight at once (fleet mode).")
     priority: int = Field(default=DEFAULT_BATCH_PRIORITY, ge=-1_000_000, le=1_000_000, description="vLLM "
                           "request priority added to each body (fleet mode): lower runs first, interactive "

@@ -184,12 +184,24 @@ def _dedicated_pod(batch: QwenBatch, runner_image: str, engine_image: str) -> di
     follow = _runner(batch, runner_image, "progress", [*input_args, "--output-dir", out_dir, "--follow", STAGED],
                      mounts)
     follow["restartPolicy"] = "Always"  # a native sidecar: stopped (SIGTERM, a last report) once vllm ends
-    pod: dict[str, Any] = {"initContainers": [stage, follow], "containers": [engine], "volumes": volumes}
-    if d.node_selector:
-        pod["nodeSelector"] = dict(d.node_selector)
-    if d.gpus:
-        pod["tolerations"] = [dict(GPU_TOLERATION)]
-    return pod
+    return {"initContainers": [stage, follow], "containers": [engine], "volumes": volumes}
+
+
+def _placement(batch: QwenBatch) -> dict[str, Any]:
+    """spec.scheduling, with a dedicated pod's own nodeSelector (its entries win) and GPU toleration added."""
+    sched, d = batch.spec.scheduling, batch.spec.dedicated
+    out: dict[str, Any] = {}
+    node_selector = {**sched.node_selector, **(d.node_selector if d is not None else {})}
+    if node_selector:
+        out["nodeSelector"] = node_selector
+    tolerations = [t.model_dump(by_alias=True, exclude_none=True) for t in sched.tolerations]
+    if d is not None and d.gpus:
+        tolerations.append(dict(GPU_TOLERATION))
+    if tolerations:
+        out["tolerations"] = tolerations
+    if sched.priority_class_name:
+        out["priorityClassName"] = sched.priority_class_name
+    return out
 
 
 def render_job(batch: QwenBatch, runner_image: str, engine_image: str, fleet_port: int = 8000) -> dict[str, Any]:
@@ -197,6 +209,7 @@ def render_job(batch: QwenBatch, runner_image: str, engine_image: str, fleet_por
     labels = batch_labels(batch)
     pod = _fleet_pod(batch, runner_image, fleet_port) if spec.fleet_ref is not None \
         else _dedicated_pod(batch, runner_image, engine_image)
+    pod.update(_placement(batch))
     pod.update({"restartPolicy": "Never", "serviceAccountName": runner_name(batch), "enableServiceLinks": False})
     job_spec: dict[str, Any] = {"backoffLimit": spec.backoff_limit,
                                 "template": {"metadata": {"labels": dict(labels)}, "spec": pod}}
