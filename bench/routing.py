@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import http.client
 import json
 import os
 import platform
@@ -59,7 +60,7 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -118,10 +119,13 @@ class Settings:
 class Record:
     start: float  # monotonic
     end: float
-    endpoint: str | None  # where it went (None: the picker named none)
+    endpoint: str | None  # where it was served, or failed (None: the picker named none)
     ttft: float | None  # streamed requests that succeeded
     status: int | None
     error: str | None = None
+    picked: list[str] = field(default_factory=list)  # the picker's endpoints, best first (empty: not through it)
+    refused: list[str] = field(default_factory=list)  # refused at connect (nothing sent), before ``endpoint``
+    sent: float | None = None  # monotonic: when the request went out to ``endpoint`` (None: never sent)
 
 
 def chat(content: str, max_tokens: int, stream: bool, priority: int | None = None) -> dict[str, Any]:
@@ -140,13 +144,15 @@ def through_picker(gateway: Gateway, body: dict[str, Any], headers: dict[str, st
         exchange = gateway.post("/v1/chat/completions", body, headers)
     except UpstreamError as err:  # "<kind>: <endpoint>: ...": kill_report counts failures by kind
         kind = type(err.__cause__).__name__
-        return Record(start, time.monotonic(), err.endpoint, None, None, f"{kind}: {err}"[:200])
+        return Record(start, time.monotonic(), err.endpoint, None, None, f"{kind}: {err}"[:200], err.picked,
+                      err.refused, err.sent)
     except (PickerError, AssertionError, StopIteration, OSError) as err:
         return Record(start, time.monotonic(), None, None, None, f"picker: {type(err).__name__}: {err}"[:200])
     except Exception as err:  # grpc.RpcError and the like: the exchange broke, count it
         return Record(start, time.monotonic(), None, None, None, f"{type(err).__name__}: {err}"[:200])
     error = None if exchange.status == 200 else f"HTTP {exchange.status}: {str(exchange.reply)[:150]}"
-    return Record(start, time.monotonic(), exchange.endpoint, exchange.ttft, exchange.status, error)
+    return Record(start, time.monotonic(), exchange.endpoint, exchange.ttft, exchange.status, error, exchange.picked,
+                  exchange.refused, exchange.sent)
 
 
 def direct(endpoint: str, body: dict[str, Any]) -> Record:
@@ -154,7 +160,7 @@ def direct(endpoint: str, body: dict[str, Any]) -> Record:
     start = time.monotonic()
     try:
         status, _, raw, first = forward(endpoint, "/v1/chat/completions", json.dumps(body).encode(), 300)
-    except OSError as err:
+    except (OSError, http.client.HTTPException) as err:
         return Record(start, time.monotonic(), endpoint, None, None, f"{type(err).__name__}: {err}"[:200])
     error = None if status == 200 else f"HTTP {status}: {raw[:150]!r}"
     return Record(start, time.monotonic(), endpoint, None if first is None else first - start, status, error)
@@ -453,26 +459,43 @@ def phase_c(fleet: PickerFleet, s: Settings, probe: dict[str, Any]) -> dict[str,
 
 def kill_report(records: list[Record], victim: str, survivor: str, began: float, killed: float,
                 not_ready: float | None, dropped: float | None, probe: dict[str, Any]) -> dict[str, Any]:
-    """Every request classified by where it went and when, relative to the kill and the picker's drop."""
-    in_flight = [r for r in records if r.endpoint == victim and r.start < killed < r.end]
+    """Every request classified by where it went and when, relative to the kill and the picker's drop.
+
+    In flight on the victim at the kill: sent to it (the connection up, the request out) before the kill and not
+    done by then; those may fail, nothing can save them. Every other failure is "beyond in flight" (the
+    acceptance: none). A request the picker named the victim for first, refused at connect (nothing sent) and
+    served by the next endpoint it named is not a failure; it is counted as served by a fallback, and is what a
+    gateway that does not walk the list (upstream's reference Envoy: ORIGINAL_DST, no retry) would have failed."""
+    def sent(r: Record) -> float | None:  # a record from before ``sent`` was noted: its start
+        return r.sent if r.sent is not None else None if r.refused else r.start
+
+    in_flight = [r for r in records if r.endpoint == victim and (t := sent(r)) is not None and t < killed < r.end]
+    in_flight_ids = {id(r) for r in in_flight}
     after_kill = [r for r in records if r.start >= killed]
     after_drop = [r for r in records if dropped is not None and r.start >= dropped]
     failed = [r for r in records if r.error is not None]
+    fallbacks = [r for r in records if r.refused and r.error is None]
     return {
         "victim": victim, "survivor": survivor, "requests": len(records), "failed": len(failed),
         "in_flight_on_victim_at_kill": len(in_flight),
         "failed_in_flight_at_kill": sum(1 for r in in_flight if r.error is not None),
-        "sent_to_victim_after_kill": sum(1 for r in after_kill if r.endpoint == victim),
-        "failed_sent_to_victim_after_kill": sum(1 for r in after_kill if r.endpoint == victim and r.error),
+        "failed_beyond_in_flight": sum(1 for r in failed if id(r) not in in_flight_ids),
+        "picked_victim_first_after_kill": sum(1 for r in after_kill if r.picked[:1] == [victim]),
+        "sent_to_victim_after_kill": sum(1 for r in records if r.endpoint == victim and r.sent is not None
+                                         and r.sent >= killed),
+        "served_by_fallback": len(fallbacks),
+        "served_by_fallback_refused_by_victim": sum(1 for r in fallbacks if victim in r.refused),
         "failed_elsewhere": sum(1 for r in failed if r.endpoint != victim),
-        "picks_of_victim_after_drop": sum(1 for r in after_drop if r.endpoint == victim),
+        "picks_of_victim_after_drop": sum(1 for r in after_drop if victim in r.picked or r.endpoint == victim),
         "requests_after_drop": len(after_drop),
+        "endpoints_named": dict(sorted(Counter(len(r.picked) for r in records).items())),
         "seconds_kill_to_not_ready": None if not_ready is None else round(not_ready - killed, 2),
         "seconds_kill_to_dropped": None if dropped is None else round(dropped - killed, 2),
         "readiness_probe": {k: probe[k] for k in ("periodSeconds", "timeoutSeconds", "failureThreshold")},
         "errors": sorted(Counter((r.error or "").split(":")[0] for r in failed).items()),  # by exception type
         "timeline": [{"t": round(r.start - killed, 3), "end": round(r.end - killed, 3), "endpoint": r.endpoint,
-                      "ok": r.error is None} for r in records],
+                      "ok": r.error is None, "picked": r.picked[:1][0] if r.picked else None,
+                      "fallback": bool(r.refused)} for r in records],
         "seconds": round(time.monotonic() - began, 1),
     }
 

@@ -122,12 +122,22 @@ def markdown(r: dict[str, Any]) -> str:
         "server process exited is marked NotReady at the next 1-s relist, a running one that fails the rendered "
         f"readiness probe ({c['readiness_probe']}) when the kubelet would; here: "
         f"{c.get('not_ready_reason')}. The run goes on {s['after_drop_s']} s after the picker dropped the pod.", "",
-        "| requests | failed | in flight on the victim at the kill (failed) | sent to the victim after the kill "
-        "(failed) | failed elsewhere | kill → NotReady s | kill → dropped by the picker s | picks of the victim "
-        "after the drop (of requests) |", "|" + " --- |" * 8,
+        "The gateway's half (tests/support/extproc.py) does what Envoy's `override_host` load balancing with a "
+        "`retry_on: connect-failure` retry does: the picker names up to "
+        f"{max((int(k) for k in c.get('endpoints_named', {})), default=1)} endpoints, best first "
+        f"(requests by how many it named: {c.get('endpoints_named')}); the gateway connects to them in order and "
+        "moves on only when a connection fails, before anything was sent; a request once sent is never sent "
+        "again. In flight on the victim = sent to it before the kill and not done by then. Served by a fallback "
+        "= refused at connect by the first endpoint named, served by the next: what a gateway that does not go "
+        "down the list (upstream's reference Envoy: ORIGINAL_DST, no retry) would have failed.", "",
+        "| requests | failed | in flight on the victim at the kill (failed) | **failed beyond those in flight** | "
+        "picked the victim first after the kill | sent to the victim after the kill | served by a fallback (first "
+        "choice the victim) | kill → NotReady s | kill → dropped by the picker s | victim named after the drop "
+        "(of requests) |", "|" + " --- |" * 10,
         f"| {c['requests']} | {c['failed']} | {c['in_flight_on_victim_at_kill']} ({c['failed_in_flight_at_kill']}) "
-        f"| {c['sent_to_victim_after_kill']} ({c['failed_sent_to_victim_after_kill']}) | {c['failed_elsewhere']} | "
-        f"{c['seconds_kill_to_not_ready']} | {c['seconds_kill_to_dropped']} | {c['picks_of_victim_after_drop']} "
+        f"| **{c['failed_beyond_in_flight']}** | {c['picked_victim_first_after_kill']} | "
+        f"{c['sent_to_victim_after_kill']} | {c['served_by_fallback']} ({c['served_by_fallback_refused_by_victim']})"
+        f" | {c['seconds_kill_to_not_ready']} | {c['seconds_kill_to_dropped']} | {c['picks_of_victim_after_drop']} "
         f"({c['requests_after_drop']}) |", "",
         f"Errors by kind: {c['errors']}", "",
         "![routing](routing.png)", ""]
@@ -176,6 +186,9 @@ def plot(r: dict[str, Any], path: Path) -> None:
                      label=f"{'victim' if row else 'survivor'} ok")
         ax_c.scatter([p["t"] for p in points if not p["ok"]], [row + 0.15] * sum(not p["ok"] for p in points), s=14,
                      marker="x", color="black", label="failed" if row else None)
+    fell_back = [p for p in c["timeline"] if p.get("fallback") and p["ok"]]
+    ax_c.scatter([p["t"] for p in fell_back], [0.15] * len(fell_back), s=14, marker="^", color="tab:green",
+                 label="served by a fallback")
     ax_c.axvline(0, color="black", lw=1)
     for key, label in (("seconds_kill_to_not_ready", "NotReady"), ("seconds_kill_to_dropped", "dropped")):
         if c[key] is not None:

@@ -6,12 +6,24 @@ One HTTP request, as a gateway that implements the InferencePool does it (upstre
 test/integration/util.go, sends the same two messages):
 
 1. request headers (``:method``, ``:path``, ``x-request-id`` ...), then the body with ``end_of_stream``;
-2. the picker answers with a header mutation that sets ``x-gateway-destination-endpoint`` to ``ip:port`` (also
-   in the dynamic metadata ``envoy.lb``; pkg/epp/handlers/request.go), then the body to send, streamed;
-3. the gateway sends that body to that endpoint, and passes the response's headers and body back through the
-   stream (the picker's plugins see the response; pkg/epp/handlers/server.go), then ends the stream. A streamed
-   response (``"stream": true``, server-sent events) is read to its end first, the time of its first chunk with
-   a choice noted (``Exchange.ttft``, from the start of the exchange), then handed back whole.
+2. the picker answers with a header mutation that sets ``x-gateway-destination-endpoint`` to ``ip:port``, or to
+   several, ``ip:port,ip:port,...``, best first (its max-score picker's ``maxNumOfEndpoints``; the operator
+   renders 3), also in the dynamic metadata ``envoy.lb`` (pkg/epp/handlers/request.go,
+   requestcontrol/director.go), then the body to send, streamed;
+3. the gateway connects to the endpoints in the order named and sends the body to the first that accepts the
+   connection: it moves on to the next **only when the connection fails** (refused, unreachable, connect
+   timeout), before any byte of the request was sent, as Envoy does with the ``override_host`` load balancing
+   policy (the list as given, "subsequent addresses are used for request retries") and a route retry policy of
+   ``retry_on: connect-failure`` (what Istio's and Envoy Gateway's inference support configure). Once the
+   request was sent it is never tried again elsewhere: a reset or a cut-off response is the client's error
+   (``UpstreamError``), since the generation may have run. Upstream's reference Envoy (an ``ORIGINAL_DST``
+   cluster, no retry policy; config/charts/standalone/values.yaml) would fail a refused connection instead;
+   ``Gateway(walk=False)`` does that. Then it passes the response's headers and body back through the stream
+   with ``envoy.lb`` / ``x-gateway-destination-endpoint-served`` (the endpoint that served it) in each
+   message's ``metadata_context``, as the picker's protocol requires of a data plane
+   (docs/proposals/004-endpoint-picker-protocol), and ends the stream. A streamed response
+   (``"stream": true``, server-sent events) is read to its end first, the time of its first chunk with a choice
+   noted (``Exchange.ttft``, from the start of the exchange), then handed back whole.
 
 The picker serves ext-proc over TLS with a self-signed certificate that names no host (``--secure-serving``,
 its default; internal/tls/tls.go). Envoy's upstream TLS without a validation context does not verify it;
@@ -30,8 +42,6 @@ import queue
 import ssl
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -41,9 +51,12 @@ import grpc
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+from google.protobuf import struct_pb2
 
 DESTINATION = "x-gateway-destination-endpoint"  # pkg/epp/metadata/consts.go DestinationEndpointKey
 DESTINATION_NAMESPACE = "envoy.lb"  # DestinationEndpointNamespace
+SERVED = "x-gateway-destination-endpoint-served"  # DestinationEndpointServedKey: data plane -> picker
+CONNECT_TIMEOUT = 5.0  # seconds; Envoy's default cluster connect_timeout
 
 
 class TlsBridge:
@@ -106,26 +119,42 @@ class TlsBridge:
 
 @dataclass
 class Exchange:
-    """One request through the picker and the endpoint it chose."""
+    """One request through the picker, the endpoints it named and the one that served it."""
 
-    endpoint: str  # the x-gateway-destination-endpoint header the picker set
+    endpoint: str  # the endpoint that served the request (reported back as x-gateway-destination-endpoint-served)
+    destination: str  # the x-gateway-destination-endpoint header the picker set: "ip:port[,ip:port...]"
     metadata_endpoint: str  # the same, from the dynamic metadata envoy.lb
     status: int  # what the endpoint answered
     reply: Any  # the response body as the picker handed it back (JSON; a streamed one: its chunks' JSON)
     headers_set: dict[str, str] = field(default_factory=dict)
     ttft: float | None = None  # streamed: seconds from the first ext-proc message to the first chunk with a choice
+    picked: list[str] = field(default_factory=list)  # ``destination`` split: the best first, then the fallbacks
+    refused: list[str] = field(default_factory=list)  # the endpoints whose connection failed, in order (none sent)
+    sent: float | None = None  # monotonic time the connection to ``endpoint`` was up and the request went out
 
 
 class UpstreamError(RuntimeError):
-    """The endpoint the picker chose could not be reached or broke off (a gateway would answer 502/503)."""
+    """No endpoint the picker named accepted the connection, or the one that did broke off after the request
+    was sent (a gateway would answer 502/503). ``sent``: when the request went out (None: never sent)."""
 
-    def __init__(self, endpoint: str, error: BaseException) -> None:
+    def __init__(self, endpoint: str, error: BaseException, picked: list[str] | None = None,
+                 refused: list[str] | None = None, sent: float | None = None) -> None:
         super().__init__(f"{endpoint}: {type(error).__name__}: {error}")
         self.endpoint = endpoint
+        self.picked = picked or [endpoint]
+        self.refused = refused or []
+        self.sent = sent
 
 
 class PickerError(RuntimeError):
     """The picker answered with an immediate response (no endpoint) instead of a header mutation."""
+
+
+def _served(endpoint: str) -> base_pb2.Metadata:
+    """The ``metadata_context`` a data plane sends with the response: envoy.lb / ...-served = the endpoint."""
+    lb = struct_pb2.Struct()
+    lb.update({SERVED: endpoint})
+    return base_pb2.Metadata(filter_metadata={DESTINATION_NAMESPACE: lb})
 
 
 def _headers(items: dict[str, str], end_of_stream: bool) -> pb.HttpHeaders:
@@ -172,10 +201,13 @@ def _streamed_body(stream: _Stream, phase: str) -> bytes:
 class Gateway:
     """Sends OpenAI requests the way a gateway does: ask the picker, forward to its choice, report back."""
 
-    def __init__(self, target: str, timeout: float = 120.0) -> None:
+    def __init__(self, target: str, timeout: float = 120.0, walk: bool = True,
+                 connect_timeout: float = CONNECT_TIMEOUT) -> None:
         self.channel = grpc.insecure_channel(target)
         self.stub = pb_grpc.ExternalProcessorStub(self.channel)
         self.timeout = timeout
+        self.walk = walk  # go down the picker's list on a connect failure (False: the first endpoint only)
+        self.connect_timeout = connect_timeout
 
     def close(self) -> None:
         self.channel.close()
@@ -198,22 +230,43 @@ class Gateway:
             lb = answer.dynamic_metadata.fields[DESTINATION_NAMESPACE].struct_value
             metadata_endpoint = lb.fields[DESTINATION].string_value
             forwarded = _streamed_body(stream, "request_body")
-            endpoint = headers_set[DESTINATION]
+            destination = headers_set[DESTINATION]
+            picked = [e.strip() for e in destination.split(",") if e.strip()]
+            endpoint, conn, refused = self._connect(picked)
+            sent = time.monotonic()
             try:
-                status, reply_headers, reply, first = forward(endpoint, path, forwarded, self.timeout)
-            except (OSError, http.client.HTTPException) as err:  # refused, reset, cut short: a gateway's 5xx
-                raise UpstreamError(endpoint, err) from err
+                status, reply_headers, reply, first = send(conn, path, forwarded)
+            except (OSError, http.client.HTTPException) as err:  # sent, then reset or cut short: a gateway's 5xx
+                raise UpstreamError(endpoint, err, picked, refused, sent) from err
+            finally:
+                conn.close()
+            served = _served(endpoint)
             stream.send(pb.ProcessingRequest(response_headers=_headers(
-                {":status": str(status), **reply_headers}, end_of_stream=False)))
-            stream.send(pb.ProcessingRequest(response_body=pb.HttpBody(body=reply, end_of_stream=True)))
+                {":status": str(status), **reply_headers}, end_of_stream=False), metadata_context=served))
+            stream.send(pb.ProcessingRequest(response_body=pb.HttpBody(body=reply, end_of_stream=True),
+                                             metadata_context=served))
             assert stream.receive().WhichOneof("response") == "response_headers"
             handed_back = _streamed_body(stream, "response_body")
         finally:
             stream.close()
         streamed = reply_headers.get("content-type", "").startswith("text/event-stream")
         reply_body = events(handed_back) if streamed else json.loads(handed_back)
-        return Exchange(endpoint, metadata_endpoint, status, reply_body, headers_set,
-                        None if first is None else first - started)
+        return Exchange(endpoint, destination, metadata_endpoint, status, reply_body, headers_set,
+                        None if first is None else first - started, picked, refused, sent)
+
+    def _connect(self, picked: list[str]) -> tuple[str, http.client.HTTPConnection, list[str]]:
+        """A connection to the first of ``picked`` that accepts one (only the first without ``walk``), with the
+        endpoints refused before it. Nothing has been sent to any of them."""
+        refused: list[str] = []
+        error: OSError | None = None
+        for endpoint in picked if self.walk else picked[:1]:
+            try:
+                return endpoint, connect(endpoint, self.timeout, self.connect_timeout), refused
+            except OSError as err:  # refused, unreachable, connect timeout: Envoy's connect-failure
+                refused.append(endpoint)
+                error = err
+        assert error is not None, picked
+        raise UpstreamError(refused[-1], error, picked, refused) from error
 
 
 def events(body: bytes) -> list[Any]:
@@ -229,23 +282,41 @@ def first_choice(line: bytes) -> bool:
     return text.startswith("data:") and text != "data: [DONE]" and bool(json.loads(text[5:]).get("choices"))
 
 
-def forward(endpoint: str, path: str, body: bytes, timeout: float
-             ) -> tuple[int, dict[str, str], bytes, float | None]:
-    """The upstream request, to the address the picker chose (one endpoint: the default profile picks one);
-    with the time (monotonic) of a streamed response's first chunk with a choice."""
-    assert "," not in endpoint, f"the picker named several endpoints: {endpoint}"
-    request = urllib.request.Request(f"http://{endpoint}{path}", data=body, method="POST",
-                                     headers={"Content-Type": "application/json"})
+def connect(endpoint: str, timeout: float, connect_timeout: float = CONNECT_TIMEOUT) -> http.client.HTTPConnection:
+    """An open connection to ``endpoint`` (``ip:port``); OSError when it cannot be made (nothing sent)."""
+    host, port = endpoint.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=connect_timeout)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
-            headers = {k.lower(): v for k, v in resp.headers.items()}
-            if not headers.get("content-type", "").startswith("text/event-stream"):
-                return int(resp.status), headers, resp.read(), None
-            lines, first = [], None
-            for line in resp:
-                lines.append(line)
-                if first is None and first_choice(line):
-                    first = time.monotonic()
-            return int(resp.status), headers, b"".join(lines), first
-    except urllib.error.HTTPError as err:
-        return err.code, {k.lower(): v for k, v in err.headers.items()}, err.read(), None
+        conn.connect()
+    except BaseException:
+        conn.close()
+        raise
+    assert conn.sock is not None
+    conn.sock.settimeout(timeout)
+    return conn
+
+
+def send(conn: http.client.HTTPConnection, path: str, body: bytes) -> tuple[int, dict[str, str], bytes, float | None]:
+    """POST ``body`` on an open connection; the status, headers, body and the time (monotonic) of a streamed
+    response's first chunk with a choice."""
+    conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    headers = {k.lower(): v for k, v in resp.getheaders()}
+    if not headers.get("content-type", "").startswith("text/event-stream"):
+        return int(resp.status), headers, resp.read(), None
+    lines, first = [], None
+    for line in resp:
+        lines.append(line)
+        if first is None and first_choice(line):
+            first = time.monotonic()
+    return int(resp.status), headers, b"".join(lines), first
+
+
+def forward(endpoint: str, path: str, body: bytes, timeout: float
+            ) -> tuple[int, dict[str, str], bytes, float | None]:
+    """One request straight to one endpoint (what a plain Service does once kube-proxy has chosen it)."""
+    conn = connect(endpoint, timeout)
+    try:
+        return send(conn, path, body)
+    finally:
+        conn.close()

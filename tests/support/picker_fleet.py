@@ -113,14 +113,16 @@ def install_crds(cluster: LocalCluster) -> None:
 
 
 def kwok_pod(cluster: LocalCluster, ns: str, template: dict[str, Any], name: str, ip: str) -> None:
-    """A pod of the fleet's template on a KWOK node, Running and Ready by KWOK, then given ``ip``."""
-    apply(cluster, ns, {"apiVersion": "v1", "kind": "Pod",
-                        "metadata": {"name": name, "labels": template["metadata"]["labels"]},
+    """A pod of the fleet's template on a KWOK node, Running and Ready by KWOK, then given ``ip``. It gets the
+    template's labels (what the pool selects) only once it has ``ip``, so that a picker already watching never
+    takes it at the address KWOK gave it."""
+    apply(cluster, ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
                         "spec": {**copy.deepcopy(template["spec"]), "nodeName": NODE}})
     wait_until(f"pod {name} Ready (KWOK)",
                lambda: (condition(get(cluster, "pod", name, ns), "Ready") or {}).get("status") == "True")
     cluster.kubectl("patch", "pod", name, "-n", ns, "--subresource=status", "--type=merge",
                     "-p", json.dumps({"status": {"podIP": ip, "podIPs": [{"ip": ip}]}}))
+    cluster.kubectl("label", "pod", name, "-n", ns, *(f"{k}={v}" for k, v in template["metadata"]["labels"].items()))
 
 
 def set_not_ready(cluster: LocalCluster, ns: str, pod: str, reason: str = "ReadinessProbeFailed") -> None:

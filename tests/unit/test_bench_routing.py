@@ -39,24 +39,45 @@ def test_closed_loop_runs_every_job_once_and_keeps_their_order() -> None:
 def test_the_kill_report_classifies_each_request_by_where_and_when() -> None:
     v, k = "127.0.0.2:8000", "127.0.0.3:8000"
     records = [
-        Record(1.0, 2.0, v, None, 200),  # before the kill, done
-        Record(9.0, 10.5, v, None, None, "x: reset"),  # in flight on the victim at the kill (10), failed
-        Record(9.5, 10.2, k, None, 200),  # in flight on the survivor: not counted as the victim's
-        Record(11.0, 11.1, v, None, None, "x: refused"),  # sent to the dead victim before the drop
-        Record(12.0, 13.0, k, None, 200),
-        Record(21.0, 22.0, k, None, 200),  # after the drop (20)
-        Record(21.5, 22.0, k, None, 200),
+        Record(1.0, 2.0, v, None, 200, None, [v, k], [], 1.1),  # before the kill, done
+        Record(9.0, 10.5, v, None, None, "x: reset", [v, k], [], 9.1),  # in flight on the victim at the kill (10)
+        Record(9.5, 10.2, k, None, 200, None, [k, v], [], 9.6),  # in flight on the survivor: not the victim's
+        Record(9.9, 10.3, k, None, 200, None, [v, k], [v], 10.05),  # picked before, refused after the kill: fallback
+        Record(11.0, 11.4, k, None, 200, None, [v, k], [v], 11.1),  # picked the dead victim first: served by k
+        Record(11.5, 11.6, v, None, None, "y: refused", [v], [v], None),  # the list had only the victim: a failure
+        Record(12.0, 13.0, k, None, 200, None, [k, v], [], 12.1),
+        Record(21.0, 22.0, k, None, 200, None, [k], [], 21.1),  # after the drop (20)
+        Record(21.5, 22.0, k, None, 200, None, [k], [], 21.6),
     ]
     out = kill_report(records, v, k, 0.0, 10.0, 18.0, 20.0, PROBE)
-    assert {key: out[key] for key in ("requests", "failed", "in_flight_on_victim_at_kill", "failed_in_flight_at_kill",
-                                      "sent_to_victim_after_kill", "failed_sent_to_victim_after_kill",
-                                      "failed_elsewhere", "picks_of_victim_after_drop", "requests_after_drop",
-                                      "seconds_kill_to_not_ready", "seconds_kill_to_dropped")} == {
-        "requests": 7, "failed": 2, "in_flight_on_victim_at_kill": 1, "failed_in_flight_at_kill": 1,
-        "sent_to_victim_after_kill": 1, "failed_sent_to_victim_after_kill": 1, "failed_elsewhere": 0,
-        "picks_of_victim_after_drop": 0, "requests_after_drop": 2, "seconds_kill_to_not_ready": 8.0,
-        "seconds_kill_to_dropped": 10.0}
-    assert out["errors"] == [("x", 2)]
+    assert {key: out[key] for key in (
+        "requests", "failed", "in_flight_on_victim_at_kill", "failed_in_flight_at_kill", "failed_beyond_in_flight",
+        "picked_victim_first_after_kill", "sent_to_victim_after_kill", "served_by_fallback",
+        "served_by_fallback_refused_by_victim", "failed_elsewhere", "picks_of_victim_after_drop",
+        "requests_after_drop", "endpoints_named", "seconds_kill_to_not_ready", "seconds_kill_to_dropped")} == {
+        "requests": 9, "failed": 2, "in_flight_on_victim_at_kill": 1, "failed_in_flight_at_kill": 1,
+        "failed_beyond_in_flight": 1, "picked_victim_first_after_kill": 2, "sent_to_victim_after_kill": 0,
+        "served_by_fallback": 2, "served_by_fallback_refused_by_victim": 2, "failed_elsewhere": 0,
+        "picks_of_victim_after_drop": 0, "requests_after_drop": 2, "endpoints_named": {1: 3, 2: 6},
+        "seconds_kill_to_not_ready": 8.0, "seconds_kill_to_dropped": 10.0}
+    assert out["errors"] == [("x", 1), ("y", 1)]
+    assert [p["fallback"] for p in out["timeline"]] == [False, False, False, True, True, True, False, False, False]
+
+
+def test_a_request_sent_to_the_victim_after_the_kill_is_not_in_flight() -> None:
+    """Only a request that went out before the kill is excused: a failure on one sent later counts."""
+    v, k = "127.0.0.2:8000", "127.0.0.3:8000"
+    late = Record(9.0, 10.6, v, None, None, "x: reset", [v, k], [], 10.1)  # started before, sent after the kill
+    out = kill_report([late], v, k, 0.0, 10.0, None, None, PROBE)
+    assert (out["in_flight_on_victim_at_kill"], out["failed_beyond_in_flight"], out["sent_to_victim_after_kill"]) \
+        == (0, 1, 1)
+
+
+def test_the_victim_named_as_a_fallback_after_the_drop_is_counted() -> None:
+    v, k = "127.0.0.2:8000", "127.0.0.3:8000"
+    out = kill_report([Record(21.0, 22.0, k, None, 200, None, [k, v], [], 21.1)], v, k, 0.0, 10.0, 18.0, 20.0,
+                      PROBE)
+    assert out["picks_of_victim_after_drop"] == 1
 
 
 def test_summary_counts_failures_and_takes_quantiles_of_the_successful() -> None:
@@ -76,7 +97,9 @@ def test_a_report_renders_to_markdown_and_a_plot(tmp_path: Path) -> None:
     phase_b = {"runs": [{"repeat": 1, "classes": "without", **flood}, {"repeat": 1, "classes": "with", **flood}],
                "pooled": {"without": {"short": flood["short"], "long": flood["long"]},
                           "with": {"short": {**flood["short"], "ttft_p99_s": 0.25}, "long": flood["long"]}}}
-    kill = kill_report([Record(9.0, 10.5, "a", None, None, "x: reset"), Record(21.0, 22.0, "b", None, 200)],
+    kill = kill_report([Record(9.0, 10.5, "a", None, None, "x: reset", ["a", "b"], [], 9.1),
+                        Record(10.5, 11.0, "b", None, 200, None, ["a", "b"], ["a"], 10.6),
+                        Record(21.0, 22.0, "b", None, 200, None, ["b"], [], 21.1)],
                        "a", "b", 0.0, 10.0, 18.0, 20.0, PROBE)
     report = {"settings": asdict(Settings()), "vllm": "0.32.0", "epp": "v1.5.0", "cpus": 2, "when": "now",
               "server_cache": {"num_gpu_blocks": "48", "block_size": "128"},
@@ -86,6 +109,6 @@ def test_a_report_renders_to_markdown_and_a_plot(tmp_path: Path) -> None:
     assert "| picker | 96 (0) | 0.8 |" in text and "hit rate 1.60x" in text
     assert "| 1 | with | 10 (0) | 0.1 | 0.5 | 50 (0) | 2.5 | 1.0 | - | 7 | 3 / 4 |" in text
     assert "| all | **with** | 10 (0) | **0.1** | **0.25** |" in text and "p50 1.00x, p99 0.50x" in text
-    assert "| 2 | 1 | 1 (1) | 0 (0) | 0 | 8.0 | 10.0 | 0 (1) |" in text
+    assert "| 3 | 1 | 1 (1) | **0** | 1 | 0 | 1 (1) | 8.0 | 10.0 | 0 (1) |" in text
     plot(report, tmp_path / "routing.png")
     assert (tmp_path / "routing.png").read_bytes()[:4] == b"\x89PNG"
