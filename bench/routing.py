@@ -31,9 +31,12 @@ Phases, one after the other on the same servers and picker:
   request does not bring the next one sooner, as with users); after ``kill_after_s`` one server's process group
   is SIGKILLed. The bench does the kubelet's part (KWOK does none): a pod whose server process has exited is
   marked NotReady at the next 1-s relist, and a running one that fails the rendered readiness probe
-  (``/health``, its period, timeout and failure threshold) as the kubelet counts it. Figures: requests in
-  flight on the victim at the kill, failed requests by kind, the seconds until NotReady and until the picker
-  dropped the pod, and the picks of the victim after that (the acceptance: none).
+  (``/health``, its period, timeout and failure threshold) as the kubelet counts it. The gateway's half walks the
+  picker's endpoint list on a connect failure only (tests/support/extproc.py: Envoy's override_host with
+  ``retry_on: connect-failure``). Figures: requests in flight on the victim at the kill (sent to it before),
+  failed requests beyond those (the acceptance: none) and by kind, requests the picker named the victim for first
+  and a fallback served, the seconds until NotReady and until the picker dropped the pod, and the victim named
+  after that (none).
 
 Nothing here asserts a time; it measures. On 2 cores everything (two engines, etcd, apiserver, KWOK, picker, the
 clients) shares the machine, so absolute times are this machine's; the comparisons are within one run. Each
@@ -53,6 +56,7 @@ import random
 import re
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -418,6 +422,47 @@ class KubeletWatch:
                     self.not_ready[endpoint] = (time.monotonic(), reason)
 
 
+def live_threads(pgrp: int) -> int:
+    """Threads of process group ``pgrp`` not yet exited (a process whose main thread has exited shows as a zombie
+    while its other threads, which still hold its sockets, run on: each thread is counted)."""
+    count = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[2]) != pgrp:
+                continue
+            for task in (entry / "task").iterdir():
+                count += (task / "stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except (OSError, IndexError, ValueError):
+            continue
+    return count
+
+
+@dataclass
+class DeathWatch:
+    """When a SIGKILLed server really stopped: its listening socket refusing connections (until then the kernel
+    accepts them into the backlog, and a request sent on one is reset when the process is gone), and no thread of
+    its process group left running. Probed every 10 ms from the kill."""
+
+    endpoint: str
+    server: EarlyRenderedServer
+    refusing: float | None = None
+    exited: float | None = None
+
+    def run(self, deadline: float) -> None:
+        host, port = self.endpoint.rsplit(":", 1)
+        while time.monotonic() < deadline and (self.refusing is None or self.exited is None):
+            if self.refusing is None:
+                try:
+                    socket.create_connection((host, int(port)), timeout=0.2).close()
+                except OSError:
+                    self.refusing = time.monotonic()
+            if self.exited is None and self.server.proc is not None and not live_threads(self.server.proc.pid):
+                self.exited = time.monotonic()
+            time.sleep(0.01)
+
+
 def phase_c(fleet: PickerFleet, s: Settings, probe: dict[str, Any]) -> dict[str, Any]:
     victim = sorted(fleet.servers)[0]
     survivor = sorted(fleet.servers)[1]
@@ -437,8 +482,11 @@ def phase_c(fleet: PickerFleet, s: Settings, probe: dict[str, Any]) -> dict[str,
     time.sleep(s.kill_after_s)
     proc = fleet.servers[victim].proc
     assert proc is not None
+    death = DeathWatch(victim, fleet.servers[victim])
     killed = time.monotonic()
     os.killpg(proc.pid, signal.SIGKILL)  # the whole replica at once: API server and engine core
+    death_thread = threading.Thread(target=death.run, args=(killed + 60,), daemon=True)
+    death_thread.start()
     victim_pod = f"{fleet.pods[victim]}-rank-0"
     dropped: float | None = None
     deadline = killed + 120
@@ -452,25 +500,38 @@ def phase_c(fleet: PickerFleet, s: Settings, probe: dict[str, Any]) -> dict[str,
     sender.join()
     stop_probe.set()
     prober.join()
+    death_thread.join()
     not_ready, reason = watch.not_ready.get(victim, (None, None))
-    return {**kill_report(records, victim, survivor, began, killed, not_ready, dropped, probe),
-            "not_ready_reason": reason}
+    return {**kill_report(records, victim, survivor, began, killed, not_ready, dropped, probe, death.refusing),
+            "not_ready_reason": reason,
+            "seconds_kill_to_exited": None if death.exited is None else round(death.exited - killed, 2)}
 
 
 def kill_report(records: list[Record], victim: str, survivor: str, began: float, killed: float,
-                not_ready: float | None, dropped: float | None, probe: dict[str, Any]) -> dict[str, Any]:
+                not_ready: float | None, dropped: float | None, probe: dict[str, Any],
+                refusing: float | None = None) -> dict[str, Any]:
     """Every request classified by where it went and when, relative to the kill and the picker's drop.
 
     In flight on the victim at the kill: sent to it (the connection up, the request out) before the kill and not
     done by then; those may fail, nothing can save them. Every other failure is "beyond in flight" (the
     acceptance: none). A request the picker named the victim for first, refused at connect (nothing sent) and
     served by the next endpoint it named is not a failure; it is counted as served by a fallback, and is what a
-    gateway that does not walk the list (upstream's reference Envoy: ORIGINAL_DST, no retry) would have failed."""
+    gateway that does not walk the list (upstream's reference Envoy: ORIGINAL_DST, no retry) would have failed.
+
+    A SIGKILLed server is not gone at once: until its processes have exited, its listening socket still accepts
+    connections (the kernel does), and a request sent on one is reset when they exit. ``refusing``: when its
+    socket first refused a connection; the requests sent between the kill and then are counted apart
+    (``sent_to_victim_while_dying``), and ``failed_beyond_in_flight_at_exit`` counts the failures beyond those
+    in flight when it stopped accepting. ``failed_beyond_in_flight`` (from the SIGKILL) stays the acceptance
+    figure."""
     def sent(r: Record) -> float | None:  # a record from before ``sent`` was noted: its start
         return r.sent if r.sent is not None else None if r.refused else r.start
 
     in_flight = [r for r in records if r.endpoint == victim and (t := sent(r)) is not None and t < killed < r.end]
     in_flight_ids = {id(r) for r in in_flight}
+    stopped = refusing if refusing is not None else killed
+    at_exit = {id(r) for r in records if r.endpoint == victim and (t := sent(r)) is not None and t < stopped
+               and r.end > killed}
     after_kill = [r for r in records if r.start >= killed]
     after_drop = [r for r in records if dropped is not None and r.start >= dropped]
     failed = [r for r in records if r.error is not None]
@@ -483,6 +544,10 @@ def kill_report(records: list[Record], victim: str, survivor: str, began: float,
         "picked_victim_first_after_kill": sum(1 for r in after_kill if r.picked[:1] == [victim]),
         "sent_to_victim_after_kill": sum(1 for r in records if r.endpoint == victim and r.sent is not None
                                          and r.sent >= killed),
+        "sent_to_victim_while_dying": sum(1 for r in records if r.endpoint == victim and r.sent is not None
+                                          and killed <= r.sent < stopped),
+        "failed_beyond_in_flight_at_exit": sum(1 for r in failed if id(r) not in at_exit),
+        "seconds_kill_to_refusing": None if refusing is None else round(refusing - killed, 3),
         "served_by_fallback": len(fallbacks),
         "served_by_fallback_refused_by_victim": sum(1 for r in fallbacks if victim in r.refused),
         "failed_elsewhere": sum(1 for r in failed if r.endpoint != victim),

@@ -139,6 +139,13 @@ def markdown(r: dict[str, Any]) -> str:
         f"{c['sent_to_victim_after_kill']} | {c['served_by_fallback']} ({c['served_by_fallback_refused_by_victim']})"
         f" | {c['seconds_kill_to_not_ready']} | {c['seconds_kill_to_dropped']} | {c['picks_of_victim_after_drop']} "
         f"({c['requests_after_drop']}) |", "",
+        f"The victim's socket refused connections {c.get('seconds_kill_to_refusing')} s after the SIGKILL, the last "
+        f"thread of its processes exited after {c.get('seconds_kill_to_exited')} s: until its socket closed the "
+        "kernel still accepted connections to it, and a request sent on one was reset when the processes were "
+        "gone. Sent to the victim while it was "
+        f"dying (between the SIGKILL and the first refused connection): {c.get('sent_to_victim_while_dying')}; "
+        "failed beyond those in flight when it stopped accepting: "
+        f"{c.get('failed_beyond_in_flight_at_exit')}.", "",
         f"Errors by kind: {c['errors']}", "",
         "![routing](routing.png)", ""]
     return "\n".join(lines)

@@ -73,6 +73,19 @@ def test_a_request_sent_to_the_victim_after_the_kill_is_not_in_flight() -> None:
         == (0, 1, 1)
 
 
+def test_requests_sent_while_the_killed_server_still_accepted_are_counted_apart() -> None:
+    """Between the SIGKILL (10) and the socket refusing (12) the kernel still accepts connections: a request sent
+    then fails (reset), and counts beyond in flight from the kill, in flight from the socket's close."""
+    v, k = "127.0.0.2:8000", "127.0.0.3:8000"
+    records = [Record(9.0, 12.1, v, None, None, "x: reset", [v, k], [], 9.1),
+               Record(11.0, 12.1, v, None, None, "x: reset", [v, k], [], 11.1),
+               Record(12.5, 13.0, k, None, 200, None, [v, k], [v], 12.6)]
+    out = kill_report(records, v, k, 0.0, 10.0, 13.0, 13.5, PROBE, refusing=12.0)
+    assert (out["in_flight_on_victim_at_kill"], out["failed_beyond_in_flight"], out["sent_to_victim_while_dying"],
+            out["failed_beyond_in_flight_at_exit"], out["served_by_fallback"], out["seconds_kill_to_refusing"]) \
+        == (1, 1, 1, 0, 1, 2.0)
+
+
 def test_the_victim_named_as_a_fallback_after_the_drop_is_counted() -> None:
     v, k = "127.0.0.2:8000", "127.0.0.3:8000"
     out = kill_report([Record(21.0, 22.0, k, None, 200, None, [k, v], [], 21.1)], v, k, 0.0, 10.0, 18.0, 20.0,
