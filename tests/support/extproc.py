@@ -11,14 +11,27 @@ test/integration/util.go, sends the same two messages):
    renders 3), also in the dynamic metadata ``envoy.lb`` (pkg/epp/handlers/request.go,
    requestcontrol/director.go), then the body to send, streamed;
 3. the gateway connects to the endpoints in the order named and sends the body to the first that accepts the
-   connection: it moves on to the next **only when the connection fails** (refused, unreachable, connect
-   timeout), before any byte of the request was sent, as Envoy does with the ``override_host`` load balancing
-   policy (the list as given, "subsequent addresses are used for request retries") and a route retry policy of
-   ``retry_on: connect-failure`` (what Istio's and Envoy Gateway's inference support configure). Once the
-   request was sent it is never tried again elsewhere: a reset or a cut-off response is the client's error
-   (``UpstreamError``), since the generation may have run. Upstream's reference Envoy (an ``ORIGINAL_DST``
-   cluster, no retry policy; config/charts/standalone/values.yaml) would fail a refused connection instead;
-   ``Gateway(walk=False)`` does that. Then it passes the response's headers and body back through the stream
+   connection, as Envoy does with the ``override_host`` load balancing policy (the list as given, "subsequent
+   addresses are used for request retries") and a route retry policy; each endpoint is tried at most once, and
+   which failures move on to the next is the policy's ``retry_on`` (Envoy's names):
+
+   - ``connect-failure`` (the default, ``CONNECT_FAILURE``): **only when the connection fails** (refused,
+     unreachable, connect timeout), before any byte of the request was sent. Once the request was sent it is
+     never tried again elsewhere: a reset or a cut-off response is the client's error (``UpstreamError``).
+   - ``connect-failure,reset`` (``CONNECT_FAILURE_RESET``, opt-in): also when the connection that took the
+     request is reset or closed **before any byte of the response** came back (no status line, no header: the
+     counting socket below says how many bytes were received), as Envoy's ``reset`` retries only while no
+     response has started downstream. The request is resent to the next endpoint: safe for an inference request
+     (no side effect beyond the compute; the answer never began). A response that started (status line or
+     headers received, a stream of chunks cut off) is never retried: a failure. A read timeout with nothing
+     received is not retried either (Envoy counts that under ``reset`` too; the bench's requests never wait that
+     long, and a timeout on a live, slow server is not a dead one).
+
+   ``Exchange.attempts`` / ``UpstreamError.attempts`` record every endpoint tried, when the request went out to
+   it, how that ended, and, for each retry, why: ``connect-failure`` or ``reset-before-response``. Upstream's
+   reference Envoy (an ``ORIGINAL_DST`` cluster, no retry policy; config/charts/standalone/values.yaml) would
+   fail a refused connection instead; ``Gateway(walk=False)`` (``retry_on`` empty) does that. Then it passes the
+   response's headers and body back through the stream
    with ``envoy.lb`` / ``x-gateway-destination-endpoint-served`` (the endpoint that served it) in each
    message's ``metadata_context``, as the picker's protocol requires of a data plane
    (docs/proposals/004-endpoint-picker-protocol), and ends the stream. A streamed response
@@ -39,6 +52,7 @@ import contextlib
 import http.client
 import json
 import queue
+import socket
 import ssl
 import threading
 import time
@@ -57,6 +71,12 @@ DESTINATION = "x-gateway-destination-endpoint"  # pkg/epp/metadata/consts.go Des
 DESTINATION_NAMESPACE = "envoy.lb"  # DestinationEndpointNamespace
 SERVED = "x-gateway-destination-endpoint-served"  # DestinationEndpointServedKey: data plane -> picker
 CONNECT_TIMEOUT = 5.0  # seconds; Envoy's default cluster connect_timeout
+CONNECT_FAILURE = frozenset({"connect-failure"})  # Envoy retry_on: connect-failure (the default here)
+CONNECT_FAILURE_RESET = frozenset({"connect-failure", "reset"})  # retry_on: connect-failure,reset
+RETRY_ON = frozenset({"connect-failure", "reset"})  # what this driver models of Envoy's retry_on
+# Why an attempt was retried on the next endpoint (Attempt.outcome):
+RETRIED_CONNECT = "connect-failure"  # the connection failed; nothing was sent
+RETRIED_RESET = "reset-before-response"  # sent, then reset or closed with no response byte received
 
 
 class TlsBridge:
@@ -118,6 +138,21 @@ class TlsBridge:
 
 
 @dataclass
+class Attempt:
+    """One endpoint tried for a request, in order. ``outcome``: ``served`` (a response came back, whatever its
+    status), ``connect-failure`` or ``reset-before-response`` (and ``retried``: the next endpoint was tried), or
+    ``failed`` (the last one tried, or a failure no policy retries: a response cut off after its first byte)."""
+
+    endpoint: str
+    sent: float | None  # monotonic: when the request went out (None: the connection failed, nothing sent)
+    ended: float  # monotonic: when the attempt was over (served: the response read to its end)
+    outcome: str
+    received: int = 0  # bytes of the response received on this attempt's connection
+    retried: bool = False
+    error: str | None = None  # "ExceptionType: message" of a failed attempt
+
+
+@dataclass
 class Exchange:
     """One request through the picker, the endpoints it named and the one that served it."""
 
@@ -131,19 +166,40 @@ class Exchange:
     picked: list[str] = field(default_factory=list)  # ``destination`` split: the best first, then the fallbacks
     refused: list[str] = field(default_factory=list)  # the endpoints whose connection failed, in order (none sent)
     sent: float | None = None  # monotonic time the connection to ``endpoint`` was up and the request went out
+    attempts: list[Attempt] = field(default_factory=list)  # every endpoint tried, in order; the last served
+
+    @property
+    def tried(self) -> list[str]:
+        return [a.endpoint for a in self.attempts]
+
+    @property
+    def retries(self) -> list[tuple[str, str]]:
+        """(endpoint, why) of each attempt that was retried on the next endpoint."""
+        return [(a.endpoint, a.outcome) for a in self.attempts if a.retried]
 
 
 class UpstreamError(RuntimeError):
-    """No endpoint the picker named accepted the connection, or the one that did broke off after the request
-    was sent (a gateway would answer 502/503). ``sent``: when the request went out (None: never sent)."""
+    """No endpoint the picker named accepted the connection, or the one that did broke off in a way the policy
+    does not retry, or every one named failed (a gateway would answer 502/503). ``endpoint``: the last tried;
+    ``sent``: when the request went out to it (None: never sent); ``attempts``: every endpoint tried."""
 
     def __init__(self, endpoint: str, error: BaseException, picked: list[str] | None = None,
-                 refused: list[str] | None = None, sent: float | None = None) -> None:
+                 refused: list[str] | None = None, sent: float | None = None,
+                 attempts: list[Attempt] | None = None) -> None:
         super().__init__(f"{endpoint}: {type(error).__name__}: {error}")
         self.endpoint = endpoint
         self.picked = picked or [endpoint]
         self.refused = refused or []
         self.sent = sent
+        self.attempts = attempts or []
+
+    @property
+    def tried(self) -> list[str]:
+        return [a.endpoint for a in self.attempts]
+
+    @property
+    def retries(self) -> list[tuple[str, str]]:
+        return [(a.endpoint, a.outcome) for a in self.attempts if a.retried]
 
 
 class PickerError(RuntimeError):
@@ -199,14 +255,20 @@ def _streamed_body(stream: _Stream, phase: str) -> bytes:
 
 
 class Gateway:
-    """Sends OpenAI requests the way a gateway does: ask the picker, forward to its choice, report back."""
+    """Sends OpenAI requests the way a gateway does: ask the picker, forward to its choice, report back.
+
+    ``retry_on``: which failures of an endpoint move the request on to the next one the picker named (module
+    docstring): ``CONNECT_FAILURE`` (default) or ``CONNECT_FAILURE_RESET``; ``walk=False`` tries the first only."""
 
     def __init__(self, target: str, timeout: float = 120.0, walk: bool = True,
-                 connect_timeout: float = CONNECT_TIMEOUT) -> None:
+                 connect_timeout: float = CONNECT_TIMEOUT, retry_on: frozenset[str] = CONNECT_FAILURE) -> None:
+        if not retry_on <= RETRY_ON:
+            raise ValueError(f"retry_on {sorted(retry_on)}: only {sorted(RETRY_ON)} are modelled")
         self.channel = grpc.insecure_channel(target)
         self.stub = pb_grpc.ExternalProcessorStub(self.channel)
         self.timeout = timeout
-        self.walk = walk  # go down the picker's list on a connect failure (False: the first endpoint only)
+        self.walk = walk  # go down the picker's list as retry_on says (False: the first endpoint only)
+        self.retry_on = retry_on if walk else frozenset()
         self.connect_timeout = connect_timeout
 
     def close(self) -> None:
@@ -232,14 +294,7 @@ class Gateway:
             forwarded = _streamed_body(stream, "request_body")
             destination = headers_set[DESTINATION]
             picked = [e.strip() for e in destination.split(",") if e.strip()]
-            endpoint, conn, refused = self._connect(picked)
-            sent = time.monotonic()
-            try:
-                status, reply_headers, reply, first = send(conn, path, forwarded)
-            except (OSError, http.client.HTTPException) as err:  # sent, then reset or cut short: a gateway's 5xx
-                raise UpstreamError(endpoint, err, picked, refused, sent) from err
-            finally:
-                conn.close()
+            endpoint, (status, reply_headers, reply, first), attempts = self.forward(picked, path, forwarded)
             served = _served(endpoint)
             stream.send(pb.ProcessingRequest(response_headers=_headers(
                 {":status": str(status), **reply_headers}, end_of_stream=False), metadata_context=served))
@@ -251,22 +306,79 @@ class Gateway:
             stream.close()
         streamed = reply_headers.get("content-type", "").startswith("text/event-stream")
         reply_body = events(handed_back) if streamed else json.loads(handed_back)
+        refused = [a.endpoint for a in attempts if a.outcome == RETRIED_CONNECT]
         return Exchange(endpoint, destination, metadata_endpoint, status, reply_body, headers_set,
-                        None if first is None else first - started, picked, refused, sent)
+                        None if first is None else first - started, picked, refused, attempts[-1].sent, attempts)
 
-    def _connect(self, picked: list[str]) -> tuple[str, http.client.HTTPConnection, list[str]]:
-        """A connection to the first of ``picked`` that accepts one (only the first without ``walk``), with the
-        endpoints refused before it. Nothing has been sent to any of them."""
-        refused: list[str] = []
-        error: OSError | None = None
-        for endpoint in picked if self.walk else picked[:1]:
+    def forward(self, picked: list[str], path: str, body: bytes
+                ) -> tuple[str, tuple[int, dict[str, str], bytes, float | None], list[Attempt]]:
+        """POST ``body`` to the first of ``picked`` that answers, going down the list as ``retry_on`` allows,
+        each endpoint once: (the endpoint that answered, ``send``'s result, every attempt). ``UpstreamError``
+        when none did."""
+        attempts: list[Attempt] = []
+        candidates = picked if self.walk else picked[:1]
+        for i, endpoint in enumerate(candidates):
+            more = i + 1 < len(candidates)
             try:
-                return endpoint, connect(endpoint, self.timeout, self.connect_timeout), refused
+                conn = connect(endpoint, self.timeout, self.connect_timeout)
             except OSError as err:  # refused, unreachable, connect timeout: Envoy's connect-failure
-                refused.append(endpoint)
-                error = err
-        assert error is not None, picked
-        raise UpstreamError(refused[-1], error, picked, refused) from error
+                retry = more and "connect-failure" in self.retry_on
+                attempts.append(Attempt(endpoint, None, time.monotonic(), RETRIED_CONNECT if retry else "failed",
+                                        0, retry, _describe(err)))
+                if retry:
+                    continue
+                raise UpstreamError(endpoint, err, picked, _refused(attempts, err), None, attempts) from err
+            sock = conn.sock
+            assert isinstance(sock, CountingSocket)
+            sent = time.monotonic()
+            try:
+                result = send(conn, path, body)
+            except (OSError, http.client.HTTPException) as err:  # sent, then reset or cut short
+                received = sock.received
+                # Envoy's reset: the upstream reset or closed the connection, nothing of the response received.
+                # Never once a response byte came back, never on a timeout (a slow server is not a dead one).
+                retry = (more and "reset" in self.retry_on and received == 0
+                         and not isinstance(err, TimeoutError) and isinstance(err, (ConnectionError,
+                                                                                    http.client.HTTPException)))
+                attempts.append(Attempt(endpoint, sent, time.monotonic(), RETRIED_RESET if retry else "failed",
+                                        received, retry, _describe(err)))
+                if retry:
+                    continue
+                raise UpstreamError(endpoint, err, picked, _refused(attempts), sent, attempts) from err
+            finally:
+                conn.close()
+            attempts.append(Attempt(endpoint, sent, time.monotonic(), "served", sock.received))
+            return endpoint, result, attempts
+        raise AssertionError(f"no endpoint to try in {picked}")
+
+
+def _describe(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"[:200]
+
+
+def _refused(attempts: list[Attempt], last_connect_error: OSError | None = None) -> list[str]:
+    """The endpoints whose connection failed (nothing sent), in order, the failing last one included."""
+    refused = [a.endpoint for a in attempts if a.outcome == RETRIED_CONNECT]
+    if last_connect_error is not None:
+        refused.append(attempts[-1].endpoint)
+    return refused
+
+
+class CountingSocket(socket.socket):
+    """A connected socket that counts the bytes received on it (``http.client`` reads the response through
+    ``recv_into``): 0 after a failure means no byte of the response came back."""
+
+    received = 0
+
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+        n = super().recv_into(buffer, nbytes, flags)
+        self.received += n
+        return n
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        data = super().recv(bufsize, flags)
+        self.received += len(data)
+        return data
 
 
 def events(body: bytes) -> list[Any]:
@@ -283,7 +395,8 @@ def first_choice(line: bytes) -> bool:
 
 
 def connect(endpoint: str, timeout: float, connect_timeout: float = CONNECT_TIMEOUT) -> http.client.HTTPConnection:
-    """An open connection to ``endpoint`` (``ip:port``); OSError when it cannot be made (nothing sent)."""
+    """An open connection to ``endpoint`` (``ip:port``) on a ``CountingSocket``; OSError when it cannot be made
+    (nothing sent)."""
     host, port = endpoint.rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port), timeout=connect_timeout)
     try:
@@ -291,8 +404,11 @@ def connect(endpoint: str, timeout: float, connect_timeout: float = CONNECT_TIME
     except BaseException:
         conn.close()
         raise
-    assert conn.sock is not None
-    conn.sock.settimeout(timeout)
+    plain = conn.sock
+    assert plain is not None
+    counting = CountingSocket(plain.family, plain.type, plain.proto, fileno=plain.detach())
+    counting.settimeout(timeout)
+    conn.sock = counting
     return conn
 
 
