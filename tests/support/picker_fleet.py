@@ -13,7 +13,8 @@ bench/routing.py share (docs/routing.md, "The real picker, run").
   pod-ready stage selects Pending pods only).
 - The gateway's half is tests/support/extproc.py: ask the picker, send the body it returns to the endpoint it
   names, pass the response back through the stream.
-- No kubelet runs probes: ``set_not_ready`` writes what the kubelet writes when a readiness probe fails.
+- No kubelet runs probes: ``set_not_ready`` writes what the kubelet writes when a readiness probe fails,
+  ``set_ready`` what it writes when a restarted container passes it again.
 """
 
 from __future__ import annotations
@@ -131,6 +132,13 @@ def set_not_ready(cluster: LocalCluster, ns: str, pod: str, reason: str = "Readi
     not_ready = [{"type": t, "status": "False", "reason": reason} for t in ("Ready", "ContainersReady")]
     cluster.kubectl("patch", "pod", pod, "-n", ns, "--subresource=status", "--type=strategic",
                     "-p", json.dumps({"status": {"conditions": not_ready}}))
+
+
+def set_ready(cluster: LocalCluster, ns: str, pod: str) -> None:
+    """What the kubelet writes once a restarted container passes its readiness probe again."""
+    ready = [{"type": t, "status": "True", "reason": None} for t in ("Ready", "ContainersReady")]
+    cluster.kubectl("patch", "pod", pod, "-n", ns, "--subresource=status", "--type=strategic",
+                    "-p", json.dumps({"status": {"conditions": ready}}))
 
 
 def wait_picker(picker: LocalPicker, what: str, check: Callable[[], Any], timeout: float = 90) -> None:
