@@ -145,7 +145,7 @@ bench-batch: venv vllm-venv ## interactive TTFT during a QwenBatch (priority 10 
 	$(PY) -m bench.batch_priority $(BENCH_BATCH_ARGS)
 
 BENCH_ROUTING_ARGS ?=
-bench-routing: venv vllm-venv ## the real endpoint picker vs a plain Service on two tiny CPU engines: prefix-cache hit rate and TTFT, short TTFT under a long flood with and without priority, a replica killed mid-run; ~6 min; bench/results/routing.{md,json,png}
+bench-routing: venv vllm-venv ## the real endpoint picker vs a plain Service on two tiny CPU engines: prefix-cache hit rate and TTFT, short TTFT under a long flood with and without priority, a replica killed mid-run under two gateway retry policies (connect-failure; connect-failure,reset); ~6.5 min; bench/results/routing.{md,json,png}
 	$(PY) -m bench.routing $(BENCH_ROUTING_ARGS)
 
 cluster-up: venv binaries ## start a local control plane in .dev/cluster (export KUBECONFIG as printed)
