@@ -54,13 +54,13 @@ run: setup ## demo: local cluster with a real node, CRD, operator, a tiny CPU fl
 	$(VENV)/bin/qwen-fleet run --real-node
 
 test: setup ## the whole suite: unit, integration, contract, e2e, chaos, the real-node fleet (fails if no test ran)
-	@set -o pipefail; rc=0; $(VENV)/bin/pytest -p no:cacheprovider --durations=30 -m "not keda_controller and not keda_http and not real_picker" $(PYTEST_ARGS) tests || rc=$$?; \
+	@set -o pipefail; rc=0; $(VENV)/bin/pytest -p no:cacheprovider --durations=30 -m "not keda_controller and not keda_http" $(PYTEST_ARGS) tests || rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: no tests ran" >&2; exit 1; fi; exit $$rc
 
 # --- pieces -------------------------------------------------------------------------------------------------
 
 .PHONY: test-unit test-integration test-node test-contract test-e2e test-real-fleet test-keda test-keda-http test-scale-to-zero test-picker
-test-picker: setup vllm-venv ## the real endpoint picker (built first when missing) choosing among two vLLM CPU servers
+test-picker: setup vllm-venv ## the real endpoint picker (built first when missing) choosing among two vLLM CPU servers (also in make test)
 	hack/build-binaries.sh epp
 	$(VENV)/bin/pytest -p no:cacheprovider -m real_picker tests/integration $(PYTEST_ARGS)
 
@@ -148,7 +148,7 @@ bench-batch: venv vllm-venv ## interactive TTFT during a QwenBatch (priority 10 
 	$(PY) -m bench.batch_priority $(BENCH_BATCH_ARGS)
 
 BENCH_ROUTING_ARGS ?=
-bench-routing: venv vllm-venv ## the real endpoint picker vs a plain Service on two tiny CPU engines: prefix-cache hit rate and TTFT, short TTFT under a long flood with and without priority, a replica killed mid-run; ~6 min; bench/results/routing.{md,json,png}
+bench-routing: venv vllm-venv ## the real endpoint picker vs a plain Service on two tiny CPU engines: prefix-cache hit rate and TTFT, short TTFT under a long flood with and without priority, a replica killed mid-run under two gateway retry policies (connect-failure; connect-failure,reset); ~6.5 min; bench/results/routing.{md,json,png}
 	$(PY) -m bench.routing $(BENCH_ROUTING_ARGS)
 
 cluster-up: venv binaries ## start a local control plane in .dev/cluster (export KUBECONFIG as printed)

@@ -27,13 +27,20 @@ Phases, one after the other on the same servers and picker:
   ``qwen-tiny-batch`` and 0: the objectives' ``qwenfleet.io/vllm-priority`` annotations), ``flood_repeats``
   times each, alternating. Figures: the short requests' TTFT p50/p99 per run and pooled, the long ones' count,
   rate and latency, preemptions, and each server's waiting and running requests once a second.
-* **C, a replica killed mid-run**: ``kill_rate`` requests a second through the picker (open loop: a failed
-  request does not bring the next one sooner, as with users); after ``kill_after_s`` one server's process group
-  is SIGKILLed. The bench does the kubelet's part (KWOK does none): a pod whose server process has exited is
-  marked NotReady at the next 1-s relist, and a running one that fails the rendered readiness probe
-  (``/health``, its period, timeout and failure threshold) as the kubelet counts it. Figures: requests in
-  flight on the victim at the kill, failed requests by kind, the seconds until NotReady and until the picker
-  dropped the pod, and the picks of the victim after that (the acceptance: none).
+* **C, a replica killed mid-run**, twice, once per gateway retry policy, with the same workload and victim:
+  ``kill_rate`` requests a second through the picker (open loop: a failed request does not bring the next one
+  sooner, as with users); after ``kill_after_s`` one server's process group is SIGKILLed. The bench does the
+  kubelet's part (KWOK does none): a pod whose server process has exited is marked NotReady at the next 1-s
+  relist, and a running one that fails the rendered readiness probe (``/health``, its period, timeout and failure
+  threshold) as the kubelet counts it. The gateway's half (tests/support/extproc.py, Envoy's override_host) goes
+  down the picker's endpoint list: **C1** on a connect failure only (``retry_on: connect-failure``), **C2** also
+  when the connection that took the request is reset or closed before any response byte (``retry_on:
+  connect-failure,reset``). Between the two the killed server is started again from the same argv on the same
+  address, its pod marked Ready again (what the kubelet writes once the restarted container passes its readiness
+  probe), and the picker holds it again. Figures per policy: requests in flight on the victim at the kill (sent
+  to it before) and how many of them failed, failed requests beyond those (the acceptance: none) and by kind,
+  retries by reason, requests served by a fallback, requests the picker named the victim for first, the seconds
+  until NotReady and until the picker dropped the pod, and the victim named after that (none).
 
 Nothing here asserts a time; it measures. On 2 cores everything (two engines, etcd, apiserver, KWOK, picker, the
 clients) shares the machine, so absolute times are this machine's; the comparisons are within one run. Each
@@ -45,6 +52,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import http.client
 import json
 import os
 import platform
@@ -52,6 +60,7 @@ import random
 import re
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -59,11 +68,21 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from tests.support.extproc import Gateway, PickerError, UpstreamError, forward
+from tests.support.extproc import (
+    CONNECT_FAILURE,
+    CONNECT_FAILURE_RESET,
+    RETRIED_CONNECT,
+    RETRIED_RESET,
+    Attempt,
+    Gateway,
+    PickerError,
+    UpstreamError,
+    forward,
+)
 from tests.support.picker_fleet import (
     EarlyRenderedServer,
     PickerFleet,
@@ -72,6 +91,7 @@ from tests.support.picker_fleet import (
     one,
     render,
     set_not_ready,
+    set_ready,
     spawn_servers,
     start_picker_fleet,
 )
@@ -118,10 +138,14 @@ class Settings:
 class Record:
     start: float  # monotonic
     end: float
-    endpoint: str | None  # where it went (None: the picker named none)
+    endpoint: str | None  # where it was served, or failed (None: the picker named none)
     ttft: float | None  # streamed requests that succeeded
     status: int | None
     error: str | None = None
+    picked: list[str] = field(default_factory=list)  # the picker's endpoints, best first (empty: not through it)
+    refused: list[str] = field(default_factory=list)  # refused at connect (nothing sent), before ``endpoint``
+    sent: float | None = None  # monotonic: when the request went out to ``endpoint`` (None: never sent)
+    attempts: list[Attempt] = field(default_factory=list)  # every endpoint tried, in order (through the picker)
 
 
 def chat(content: str, max_tokens: int, stream: bool, priority: int | None = None) -> dict[str, Any]:
@@ -140,13 +164,15 @@ def through_picker(gateway: Gateway, body: dict[str, Any], headers: dict[str, st
         exchange = gateway.post("/v1/chat/completions", body, headers)
     except UpstreamError as err:  # "<kind>: <endpoint>: ...": kill_report counts failures by kind
         kind = type(err.__cause__).__name__
-        return Record(start, time.monotonic(), err.endpoint, None, None, f"{kind}: {err}"[:200])
+        return Record(start, time.monotonic(), err.endpoint, None, None, f"{kind}: {err}"[:200], err.picked,
+                      err.refused, err.sent, err.attempts)
     except (PickerError, AssertionError, StopIteration, OSError) as err:
         return Record(start, time.monotonic(), None, None, None, f"picker: {type(err).__name__}: {err}"[:200])
     except Exception as err:  # grpc.RpcError and the like: the exchange broke, count it
         return Record(start, time.monotonic(), None, None, None, f"{type(err).__name__}: {err}"[:200])
     error = None if exchange.status == 200 else f"HTTP {exchange.status}: {str(exchange.reply)[:150]}"
-    return Record(start, time.monotonic(), exchange.endpoint, exchange.ttft, exchange.status, error)
+    return Record(start, time.monotonic(), exchange.endpoint, exchange.ttft, exchange.status, error, exchange.picked,
+                  exchange.refused, exchange.sent, exchange.attempts)
 
 
 def direct(endpoint: str, body: dict[str, Any]) -> Record:
@@ -154,7 +180,7 @@ def direct(endpoint: str, body: dict[str, Any]) -> Record:
     start = time.monotonic()
     try:
         status, _, raw, first = forward(endpoint, "/v1/chat/completions", json.dumps(body).encode(), 300)
-    except OSError as err:
+    except (OSError, http.client.HTTPException) as err:
         return Record(start, time.monotonic(), endpoint, None, None, f"{type(err).__name__}: {err}"[:200])
     error = None if status == 200 else f"HTTP {status}: {raw[:150]!r}"
     return Record(start, time.monotonic(), endpoint, None if first is None else first - start, status, error)
@@ -412,17 +438,64 @@ class KubeletWatch:
                     self.not_ready[endpoint] = (time.monotonic(), reason)
 
 
-def phase_c(fleet: PickerFleet, s: Settings, probe: dict[str, Any]) -> dict[str, Any]:
-    victim = sorted(fleet.servers)[0]
-    survivor = sorted(fleet.servers)[1]
+def live_threads(pgrp: int) -> int:
+    """Threads of process group ``pgrp`` not yet exited (a process whose main thread has exited shows as a zombie
+    while its other threads, which still hold its sockets, run on: each thread is counted)."""
+    count = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[2]) != pgrp:
+                continue
+            for task in (entry / "task").iterdir():
+                count += (task / "stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except (OSError, IndexError, ValueError):
+            continue
+    return count
+
+
+@dataclass
+class DeathWatch:
+    """When a SIGKILLed server really stopped: its listening socket refusing connections (until then the kernel
+    accepts them into the backlog, and a request sent on one is reset when the process is gone), and no thread of
+    its process group left running. Probed every 10 ms from the kill."""
+
+    endpoint: str
+    server: EarlyRenderedServer
+    refusing: float | None = None
+    exited: float | None = None
+
+    def run(self, deadline: float) -> None:
+        host, port = self.endpoint.rsplit(":", 1)
+        while time.monotonic() < deadline and (self.refusing is None or self.exited is None):
+            if self.refusing is None:
+                try:
+                    socket.create_connection((host, int(port)), timeout=0.2).close()
+                except OSError:
+                    self.refusing = time.monotonic()
+            if self.exited is None and self.server.proc is not None and not live_threads(self.server.proc.pid):
+                self.exited = time.monotonic()
+            time.sleep(0.01)
+
+
+POLICIES = (("C1", CONNECT_FAILURE), ("C2", CONNECT_FAILURE_RESET))
+
+
+def kill_run(fleet: PickerFleet, s: Settings, probe: dict[str, Any], victim: str, retry_on: frozenset[str]
+             ) -> dict[str, Any]:
+    """One kill measurement: the open-loop workload through a gateway with ``retry_on``, ``victim`` SIGKILLed
+    after ``kill_after_s``, on until ``after_drop_s`` after the picker dropped its pod."""
+    survivor = next(e for e in sorted(fleet.servers) if e != victim)
     watch = KubeletWatch(fleet, probe, {})
     stop_probe, stop = threading.Event(), threading.Event()
     prober = threading.Thread(target=watch.run, args=(stop_probe,), daemon=True)
     prober.start()
+    gateway = Gateway(fleet.bridge.address, retry_on=retry_on)
 
     def job(i: int) -> Record:
-        return through_picker(fleet.gateway, chat(f"[kill] Write a status line for request {i}.",
-                                                  s.kill_max_tokens, stream=False))
+        return through_picker(gateway, chat(f"[kill] Write a status line for request {i}.", s.kill_max_tokens,
+                                            stream=False))
 
     records: list[Record] = []
     sender = threading.Thread(target=lambda: records.extend(open_loop(job, s.kill_rate, stop=stop)), daemon=True)
@@ -431,8 +504,11 @@ def phase_c(fleet: PickerFleet, s: Settings, probe: dict[str, Any]) -> dict[str,
     time.sleep(s.kill_after_s)
     proc = fleet.servers[victim].proc
     assert proc is not None
+    death = DeathWatch(victim, fleet.servers[victim])
     killed = time.monotonic()
     os.killpg(proc.pid, signal.SIGKILL)  # the whole replica at once: API server and engine core
+    death_thread = threading.Thread(target=death.run, args=(killed + 60,), daemon=True)
+    death_thread.start()
     victim_pod = f"{fleet.pods[victim]}-rank-0"
     dropped: float | None = None
     deadline = killed + 120
@@ -446,33 +522,140 @@ def phase_c(fleet: PickerFleet, s: Settings, probe: dict[str, Any]) -> dict[str,
     sender.join()
     stop_probe.set()
     prober.join()
+    death_thread.join()
+    gateway.close()
     not_ready, reason = watch.not_ready.get(victim, (None, None))
-    return {**kill_report(records, victim, survivor, began, killed, not_ready, dropped, probe),
-            "not_ready_reason": reason}
+    return {"retry_on": ",".join(sorted(retry_on)),
+            **kill_report(records, victim, survivor, began, killed, not_ready, dropped, probe, death.refusing),
+            "not_ready_reason": reason,
+            "seconds_kill_to_exited": None if death.exited is None else round(death.exited - killed, 2)}
+
+
+def restart(fleet: PickerFleet, endpoint: str, cpu: int | None) -> dict[str, Any]:
+    """The killed server at ``endpoint`` started again (same argv, environment and address; its own log), pinned
+    to ``cpu`` as before, warmed up with two requests straight to it, and its pod Ready again (what the kubelet
+    writes once a restarted container passes its readiness probe); returns once the picker holds the pod."""
+    began = time.monotonic()
+    old = fleet.servers[endpoint]
+    old.stop()  # its processes are gone; reaps the leader and removes its shared memory
+    new = EarlyRenderedServer(old.argv(), old.extra_env, port=old.port, host=old.host,
+                              served_model_name=old.served_model_name, python=old.python,
+                              log_path=old.log_path.with_name(old.log_path.stem + "-restarted.log"))
+    fleet.servers[endpoint] = new
+    new.begin()
+    new.wait_ready()
+    if cpu is not None:
+        pin(new, cpu)
+    warm = [direct(endpoint, chat(f"restart warm-up {i}", 4, stream=True)) for i in range(2)]
+    set_ready(fleet.cluster, fleet.namespace, fleet.pods[endpoint])
+    pod = f"{fleet.pods[endpoint]}-rank-0"
+    deadline = time.monotonic() + 120
+    while pod not in fleet.picker.endpoints():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the picker did not take {pod} back within 120 s")
+        time.sleep(0.2)
+    return {"endpoint": endpoint, "server_start_s": round(new.startup_seconds or 0.0, 1),
+            "seconds": round(time.monotonic() - began, 1), "warm_up_failed": sum(r.error is not None for r in warm)}
+
+
+def phase_c(fleet: PickerFleet, s: Settings, probe: dict[str, Any], pinned: dict[str, int]) -> dict[str, Any]:
+    """C1 then C2 (POLICIES), the same victim killed in each, restarted in between."""
+    victim = sorted(fleet.servers)[0]
+    runs: list[dict[str, Any]] = []
+    restarts: list[dict[str, Any]] = []
+    for i, (name, retry_on) in enumerate(POLICIES):
+        if i:
+            restarts.append(restart(fleet, victim, pinned.get(victim)))
+            print("C restart", json.dumps(restarts[-1]), flush=True)
+        runs.append({"name": name, **kill_run(fleet, s, probe, victim, retry_on)})
+        print("C", name, json.dumps({k: v for k, v in runs[-1].items() if k != "timeline"}), flush=True)
+    return {"runs": runs, "restarts": restarts}
+
+
+def attempts_of(r: Record) -> list[Attempt]:
+    """The endpoints a request tried, in order: its own ``attempts``, or (a record without them: the unit tests'
+    hand-made ones) what its ``refused``, ``endpoint`` and ``sent`` say: the refused ones retried on a connect
+    failure, then the last one, sent at ``sent`` (or, not noted, at its start)."""
+    if r.attempts:
+        return r.attempts
+    out = [Attempt(e, None, r.start, RETRIED_CONNECT, retried=True) for e in r.refused]
+    if r.endpoint is None:
+        return out
+    if r.refused and r.refused[-1] == r.endpoint and r.sent is None and r.error is not None:
+        out[-1] = Attempt(r.endpoint, None, r.end, "failed")  # the last endpoint refused too: nothing sent
+        return out
+    sent = r.sent if r.sent is not None else r.start
+    return [*out, Attempt(r.endpoint, sent, r.end, "served" if r.error is None else "failed")]
 
 
 def kill_report(records: list[Record], victim: str, survivor: str, began: float, killed: float,
-                not_ready: float | None, dropped: float | None, probe: dict[str, Any]) -> dict[str, Any]:
-    """Every request classified by where it went and when, relative to the kill and the picker's drop."""
-    in_flight = [r for r in records if r.endpoint == victim and r.start < killed < r.end]
+                not_ready: float | None, dropped: float | None, probe: dict[str, Any],
+                refusing: float | None = None) -> dict[str, Any]:
+    """Every request classified by where it went and when, relative to the kill and the picker's drop.
+
+    In flight on the victim at the kill: sent to it (the connection up, the request out) before the kill and that
+    attempt not over by then; a policy that retries a reset before any response byte may still serve those
+    elsewhere (``served_by_fallback_in_flight_at_kill``), the others fail. Every other failure is "beyond in
+    flight" (the acceptance: none). A request that went on from an endpoint to the next one the picker named
+    (``retried_by_reason``: refused at connect, ``connect-failure``, or reset with no response byte,
+    ``reset-before-response``) and was served there is counted as served by a fallback: what a gateway that
+    does not go down the list (upstream's reference Envoy: ORIGINAL_DST, no retry) would have failed.
+
+    A SIGKILLed server is not gone at once: until its processes have exited, its listening socket still accepts
+    connections (the kernel does), and a request sent on one is reset when they exit. ``refusing``: when its
+    socket first refused a connection; the requests sent between the kill and then are counted apart
+    (``sent_to_victim_while_dying``), and ``failed_beyond_in_flight_at_exit`` counts the failures beyond those
+    in flight when it stopped accepting. ``failed_beyond_in_flight`` (from the SIGKILL) stays the acceptance
+    figure."""
+    tries = {id(r): attempts_of(r) for r in records}
+
+    def on_victim(r: Record) -> list[Attempt]:
+        return [a for a in tries[id(r)] if a.endpoint == victim]
+
+    in_flight = [r for r in records if any(a.sent is not None and a.sent < killed < a.ended for a in on_victim(r))]
+    in_flight_ids = {id(r) for r in in_flight}
+    stopped = refusing if refusing is not None else killed
+    at_exit = {id(r) for r in records if any(a.sent is not None and a.sent < stopped and a.ended > killed
+                                             for a in on_victim(r))}
     after_kill = [r for r in records if r.start >= killed]
     after_drop = [r for r in records if dropped is not None and r.start >= dropped]
     failed = [r for r in records if r.error is not None]
+    fallbacks = [r for r in records if r.error is None and any(a.retried for a in tries[id(r)])]
+    retried = [a for r in records for a in tries[id(r)] if a.retried]
+    sent_to_victim = [a.sent for r in records for a in on_victim(r) if a.sent is not None]
     return {
         "victim": victim, "survivor": survivor, "requests": len(records), "failed": len(failed),
         "in_flight_on_victim_at_kill": len(in_flight),
         "failed_in_flight_at_kill": sum(1 for r in in_flight if r.error is not None),
-        "sent_to_victim_after_kill": sum(1 for r in after_kill if r.endpoint == victim),
-        "failed_sent_to_victim_after_kill": sum(1 for r in after_kill if r.endpoint == victim and r.error),
+        "served_by_fallback_in_flight_at_kill": sum(1 for r in in_flight if r.error is None),
+        "failed_beyond_in_flight": sum(1 for r in failed if id(r) not in in_flight_ids),
+        "picked_victim_first_after_kill": sum(1 for r in after_kill if r.picked[:1] == [victim]),
+        "sent_to_victim_after_kill": sum(1 for t in sent_to_victim if t >= killed),
+        "sent_to_victim_while_dying": sum(1 for t in sent_to_victim if killed <= t < stopped),
+        "failed_beyond_in_flight_at_exit": sum(1 for r in failed if id(r) not in at_exit),
+        "seconds_kill_to_refusing": None if refusing is None else round(refusing - killed, 3),
+        "retried_by_reason": {reason: sum(1 for a in retried if a.outcome == reason)
+                              for reason in (RETRIED_CONNECT, RETRIED_RESET)},
+        "retried_on_victim_by_reason": {reason: sum(1 for a in retried if a.outcome == reason
+                                                    and a.endpoint == victim)
+                                        for reason in (RETRIED_CONNECT, RETRIED_RESET)},
+        "served_by_fallback": len(fallbacks),
+        "served_by_fallback_refused_by_victim": sum(1 for r in fallbacks if victim in r.refused),
+        "served_by_fallback_by_reason": {reason: sum(1 for r in fallbacks if any(
+            a.retried and a.outcome == reason for a in tries[id(r)])) for reason in (RETRIED_CONNECT, RETRIED_RESET)},
         "failed_elsewhere": sum(1 for r in failed if r.endpoint != victim),
-        "picks_of_victim_after_drop": sum(1 for r in after_drop if r.endpoint == victim),
+        "picks_of_victim_after_drop": sum(1 for r in after_drop if victim in r.picked or on_victim(r)),
         "requests_after_drop": len(after_drop),
+        "endpoints_named": dict(sorted(Counter(len(r.picked) for r in records).items())),
         "seconds_kill_to_not_ready": None if not_ready is None else round(not_ready - killed, 2),
         "seconds_kill_to_dropped": None if dropped is None else round(dropped - killed, 2),
         "readiness_probe": {k: probe[k] for k in ("periodSeconds", "timeoutSeconds", "failureThreshold")},
         "errors": sorted(Counter((r.error or "").split(":")[0] for r in failed).items()),  # by exception type
         "timeline": [{"t": round(r.start - killed, 3), "end": round(r.end - killed, 3), "endpoint": r.endpoint,
-                      "ok": r.error is None} for r in records],
+                      "ok": r.error is None, "picked": r.picked[:1][0] if r.picked else None,
+                      "fallback": any(a.retried for a in tries[id(r)]),
+                      "retried": [a.outcome for a in tries[id(r)] if a.retried],
+                      "in_flight": id(r) in in_flight_ids} for r in records],
         "seconds": round(time.monotonic() - began, 1),
     }
 
@@ -484,13 +667,16 @@ def pin_engines(servers: list[EarlyRenderedServer]) -> dict[str, int]:
     cpus = sorted(os.sched_getaffinity(0))
     out = {}
     for i, server in enumerate(servers):
-        cpu = cpus[i % len(cpus)]
-        for pid in server.group_pids():
-            for task in Path(f"/proc/{pid}/task").iterdir():
-                with contextlib.suppress(OSError):
-                    os.sched_setaffinity(int(task.name), {cpu})
-        out[f"{server.host}:{server.port}"] = cpu
+        out[f"{server.host}:{server.port}"] = pin(server, cpus[i % len(cpus)])
     return out
+
+
+def pin(server: EarlyRenderedServer, cpu: int) -> int:
+    for pid in server.group_pids():
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(int(task.name), {cpu})
+    return cpu
 
 
 def server_facts(fleet: PickerFleet) -> dict[str, Any]:
@@ -523,13 +709,13 @@ def run(s: Settings, tmp: Path) -> dict[str, Any]:
             through_picker(fleet.gateway, chat(f"warm-up {i}", 4, stream=True))
         container = deployment["spec"]["template"]["spec"]["containers"][0]
         report = {"phase_a": phase_a(fleet, s), "phase_b": phase_b(fleet, s),
-                  "phase_c": phase_c(fleet, s, container["readinessProbe"])}
+                  "phase_c": phase_c(fleet, s, container["readinessProbe"], pinned)}
         argv = next(iter(fleet.servers.values())).argv()
         return {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "machine": platform.processor() or platform.machine(), "cpus": len(os.sched_getaffinity(0)),
                 "vllm": versions.VLLM, "epp": versions.GATEWAY_API_INFERENCE_EXTENSION, "server_argv": argv[1:],
                 "server_cache": facts, "settings": asdict(s), "engine_cpu": pinned,
-                "engine_start_s": [round(x.startup_seconds or 0.0, 1) for x in servers], **report}
+                "engine_start_s": [round(x.startup_seconds or 0.0, 1) for x in servers], **report}  # first starts
     finally:
         if fleet is not None:
             fleet.close()

@@ -75,8 +75,30 @@ def _table_b(b: dict[str, Any]) -> list[str]:
     return rows
 
 
+def _restarts(c: dict[str, Any]) -> str:
+    return "; ".join(f"ready {x['server_start_s']} s after its start, back in the picker {x['seconds']} s after "
+                     "the restart began" for x in c.get("restarts", [])) or "not restarted"
+
+
+def _per_run(c: dict[str, Any], key: str) -> str:
+    return ", ".join(f"{run['name']} {run.get(key)}" for run in c["runs"])
+
+
+def _row_c(k: dict[str, Any]) -> str:
+    retried, errors = k["retried_by_reason"], ", ".join(f"{e} {n}" for e, n in k["errors"]) or "none"
+    return (f"| {k['name']} | `{k['retry_on']}` | {k['requests']} | {k['failed']} | "
+            f"{k['in_flight_on_victim_at_kill']}: {k['failed_in_flight_at_kill']} / "
+            f"{k['served_by_fallback_in_flight_at_kill']} | **{k['failed_beyond_in_flight']}** | "
+            f"{retried['connect-failure']} / {retried['reset-before-response']} | {k['served_by_fallback']} | "
+            f"{k['picked_victim_first_after_kill']} | {k['sent_to_victim_while_dying']} "
+            f"({k.get('seconds_kill_to_refusing')}) | {k['seconds_kill_to_not_ready']} | "
+            f"{k['seconds_kill_to_dropped']} | {k['picks_of_victim_after_drop']} ({k['requests_after_drop']}) | "
+            f"{errors} |")
+
+
 def markdown(r: dict[str, Any]) -> str:
     s, a, b, c = r["settings"], r["phase_a"], r["phase_b"], r["phase_c"]
+    c0 = c["runs"][0]
     cache = r["server_cache"]
     kv_tokens = int(cache["num_gpu_blocks"]) * int(cache["block_size"]) if cache.get("num_gpu_blocks") else "?"
     lines = [
@@ -115,21 +137,39 @@ def markdown(r: dict[str, Any]) -> str:
         *_table_b(b), "",
         f"Pooled over the runs, with / without: short TTFT p50 {_short_ratio(b, 'p50')}x, p99 "
         f"{_short_ratio(b, 'p99')}x.", "",
-        "## C. A replica killed mid-run", "",
+        "## C. A replica killed mid-run, under two gateway retry policies", "",
         f"Workload: {s['kill_rate']} requests a second through the picker (open loop), {s['kill_max_tokens']} "
-        f"output tokens, not streamed; after {s['kill_after_s']} s the process group of `{c['victim']}` (API "
-        f"server and engine core) is SIGKILLed. The bench does the kubelet's part (KWOK does none): a pod whose "
+        f"output tokens, not streamed; after {s['kill_after_s']} s the process group of `{c0['victim']}` (API "
+        "server and engine core) is SIGKILLed. The bench does the kubelet's part (KWOK does none): a pod whose "
         "server process exited is marked NotReady at the next 1-s relist, a running one that fails the rendered "
-        f"readiness probe ({c['readiness_probe']}) when the kubelet would; here: "
-        f"{c.get('not_ready_reason')}. The run goes on {s['after_drop_s']} s after the picker dropped the pod.", "",
-        "| requests | failed | in flight on the victim at the kill (failed) | sent to the victim after the kill "
-        "(failed) | failed elsewhere | kill → NotReady s | kill → dropped by the picker s | picks of the victim "
-        "after the drop (of requests) |", "|" + " --- |" * 8,
-        f"| {c['requests']} | {c['failed']} | {c['in_flight_on_victim_at_kill']} ({c['failed_in_flight_at_kill']}) "
-        f"| {c['sent_to_victim_after_kill']} ({c['failed_sent_to_victim_after_kill']}) | {c['failed_elsewhere']} | "
-        f"{c['seconds_kill_to_not_ready']} | {c['seconds_kill_to_dropped']} | {c['picks_of_victim_after_drop']} "
-        f"({c['requests_after_drop']}) |", "",
-        f"Errors by kind: {c['errors']}", "",
+        f"readiness probe ({c0['readiness_probe']}) when the kubelet would. Each run goes on "
+        f"{s['after_drop_s']} s after the picker dropped the pod. The same workload and victim twice, one run per "
+        "retry policy of the gateway's half (tests/support/extproc.py, modelling Envoy's `override_host` load "
+        "balancing: the picker's endpoints in its order, best first, each tried at most once); in between, the "
+        f"killed server was started again on its address ({_restarts(c)}), its pod marked Ready, and the picker "
+        "took it back.", "",
+        "- **C1, `retry_on: connect-failure`**: the next endpoint only when a connection fails (nothing sent); a "
+        "request once sent is never sent again.",
+        "- **C2, `retry_on: connect-failure,reset`**: also when the connection that took the request is reset or "
+        "closed before any byte of the response came back; the request, whose answer never began, is sent to "
+        "the next endpoint. Never once a response byte came back (a started stream that breaks is a failure).", "",
+        "In flight on the victim = sent to it before the kill, that attempt not over by then. Served by a fallback "
+        "= went on from an endpoint to the next one named (refused at connect, or reset with no response byte) "
+        "and was served there: what a gateway that does not go down the list (upstream's reference Envoy: "
+        "ORIGINAL_DST, no retry) would have failed. Sent while dying = sent to the victim between the SIGKILL and "
+        "its socket's first refused connection (until then the kernel still accepts connections to a killed "
+        "server's socket; a request sent on one is reset when its processes are gone).", "",
+        "| run | retry_on | requests | failed | in flight on the victim at the kill: failed / served by a fallback "
+        "| **failed beyond those in flight** | retried: connect-failure / reset-before-response | served by a "
+        "fallback | picked the victim first after the kill | sent to the victim while dying (kill → refusing s) "
+        "| kill → NotReady s | kill → dropped s | victim named after the drop (of requests) | errors by kind |",
+        "|" + " --- |" * 14,
+        *(_row_c(run) for run in c["runs"]), "",
+        f"Requests by how many endpoints the picker named: {_per_run(c, 'endpoints_named')}. Failed beyond in "
+        f"flight counted from the socket's close instead of the SIGKILL: "
+        f"{_per_run(c, 'failed_beyond_in_flight_at_exit')}; the processes' last thread exited after (s): "
+        f"{_per_run(c, 'seconds_kill_to_exited')}. Retries on the victim itself (connect-failure / "
+        f"reset-before-response): {_per_run(c, 'retried_on_victim_by_reason')}.", "",
         "![routing](routing.png)", ""]
     return "\n".join(lines)
 
@@ -141,7 +181,8 @@ def plot(r: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     a, b, c = r["phase_a"], r["phase_b"], r["phase_c"]
-    fig, (ax_a, ax_b, ax_c) = plt.subplots(1, 3, figsize=(16, 4.8))
+    fig, axes = plt.subplots(2, 2, figsize=(15, 9.5))
+    (ax_a, ax_b), axes_c = axes[0], list(axes[1])
     modes = list(a)
     x = range(len(modes))
     ax_a.bar([i - 0.2 for i in x], [a[m]["hit_rate"] or 0 for m in modes], 0.4, label="prefix-cache hit rate")
@@ -170,25 +211,40 @@ def plot(r: dict[str, Any], path: Path) -> None:
     ax_b.set_ylabel("ms (log)")
     ax_b.set_title("B. short requests under a long-request flood")
     ax_b.legend(fontsize=8)
-    for endpoint, color, row in ((c["victim"], "tab:red", 1), (c["survivor"], "tab:blue", 0)):
-        points = [p for p in c["timeline"] if p["endpoint"] == endpoint]
-        ax_c.scatter([p["t"] for p in points if p["ok"]], [row] * sum(p["ok"] for p in points), s=8, color=color,
-                     label=f"{'victim' if row else 'survivor'} ok")
-        ax_c.scatter([p["t"] for p in points if not p["ok"]], [row + 0.15] * sum(not p["ok"] for p in points), s=14,
-                     marker="x", color="black", label="failed" if row else None)
-    ax_c.axvline(0, color="black", lw=1)
-    for key, label in (("seconds_kill_to_not_ready", "NotReady"), ("seconds_kill_to_dropped", "dropped")):
-        if c[key] is not None:
-            ax_c.axvline(c[key], color="grey", ls="--", lw=1)
-            ax_c.text(c[key], 1.35, label, fontsize=8)
-    ax_c.text(0, 1.45, "kill", fontsize=8)
-    ax_c.set_yticks([0, 1], ["survivor", "victim"])
-    ax_c.set_ylim(-0.5, 1.6)
-    ax_c.set_xlabel("request start, s from the kill")
-    ax_c.set_title("C. a replica killed mid-run")
-    ax_c.legend(fontsize=7, loc="lower left")
+    for ax, kill in zip(axes_c, c["runs"], strict=False):
+        _plot_kill(ax, kill)
     fig.suptitle(f"Routing through the real endpoint picker (EPP {r['epp']}) vs a plain Service: two vLLM CPU "
                  f"servers, tiny Qwen2, {r['cpus']} CPUs, {r['when']}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _plot_kill(ax: Any, c: dict[str, Any]) -> None:
+    """One kill run: each request at its start (s from the kill), on the row of the endpoint that served it or
+    failed, failures marked, requests served by a fallback marked by why they went on."""
+    for endpoint, color, row in ((c["victim"], "tab:red", 1), (c["survivor"], "tab:blue", 0)):
+        points = [p for p in c["timeline"] if p["endpoint"] == endpoint]
+        ax.scatter([p["t"] for p in points if p["ok"]], [row] * sum(p["ok"] for p in points), s=8, color=color,
+                   label=f"{'victim' if row else 'survivor'} ok")
+        ax.scatter([p["t"] for p in points if not p["ok"]], [row + 0.15] * sum(not p["ok"] for p in points),
+                   s=14, marker="x", color="black", label="failed" if row else None)
+    for reason, marker, color, y in (("connect-failure", "^", "tab:green", 0.15),
+                                     ("reset-before-response", "v", "tab:purple", 0.3)):
+        fell_back = [p for p in c["timeline"] if p["ok"] and reason in p.get("retried", [])]
+        ax.scatter([p["t"] for p in fell_back], [y] * len(fell_back), s=14, marker=marker, color=color,
+                   label=f"served by a fallback ({reason})")
+    ax.axvline(0, color="black", lw=1)
+    for key, label, y in (("seconds_kill_to_not_ready", "NotReady", 1.35), ("seconds_kill_to_dropped", "dropped",
+                                                                               1.25)):
+        if c[key] is not None:
+            ax.axvline(c[key], color="grey", ls="--", lw=1)
+            ax.text(c[key], y, label, fontsize=8)
+    ax.text(0, 1.45, "kill", fontsize=8)
+    ax.set_yticks([0, 1], ["survivor", "victim"])
+    ax.set_ylim(-0.5, 1.6)
+    ax.set_xlabel("request start, s from the kill")
+    ax.set_title(f"{c['name']}. a replica killed mid-run, retry_on: {c['retry_on']} "
+                 f"({c['failed_beyond_in_flight']} failed beyond {c['in_flight_on_victim_at_kill']} in flight)",
+                 fontsize=9)
+    ax.legend(fontsize=7, loc="lower left")

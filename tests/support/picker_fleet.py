@@ -13,7 +13,8 @@ bench/routing.py share (docs/routing.md, "The real picker, run").
   pod-ready stage selects Pending pods only).
 - The gateway's half is tests/support/extproc.py: ask the picker, send the body it returns to the endpoint it
   names, pass the response back through the stream.
-- No kubelet runs probes: ``set_not_ready`` writes what the kubelet writes when a readiness probe fails.
+- No kubelet runs probes: ``set_not_ready`` writes what the kubelet writes when a readiness probe fails,
+  ``set_ready`` what it writes when a restarted container passes it again.
 """
 
 from __future__ import annotations
@@ -113,14 +114,16 @@ def install_crds(cluster: LocalCluster) -> None:
 
 
 def kwok_pod(cluster: LocalCluster, ns: str, template: dict[str, Any], name: str, ip: str) -> None:
-    """A pod of the fleet's template on a KWOK node, Running and Ready by KWOK, then given ``ip``."""
-    apply(cluster, ns, {"apiVersion": "v1", "kind": "Pod",
-                        "metadata": {"name": name, "labels": template["metadata"]["labels"]},
+    """A pod of the fleet's template on a KWOK node, Running and Ready by KWOK, then given ``ip``. It gets the
+    template's labels (what the pool selects) only once it has ``ip``, so that a picker already watching never
+    takes it at the address KWOK gave it."""
+    apply(cluster, ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
                         "spec": {**copy.deepcopy(template["spec"]), "nodeName": NODE}})
     wait_until(f"pod {name} Ready (KWOK)",
                lambda: (condition(get(cluster, "pod", name, ns), "Ready") or {}).get("status") == "True")
     cluster.kubectl("patch", "pod", name, "-n", ns, "--subresource=status", "--type=merge",
                     "-p", json.dumps({"status": {"podIP": ip, "podIPs": [{"ip": ip}]}}))
+    cluster.kubectl("label", "pod", name, "-n", ns, *(f"{k}={v}" for k, v in template["metadata"]["labels"].items()))
 
 
 def set_not_ready(cluster: LocalCluster, ns: str, pod: str, reason: str = "ReadinessProbeFailed") -> None:
@@ -129,6 +132,13 @@ def set_not_ready(cluster: LocalCluster, ns: str, pod: str, reason: str = "Readi
     not_ready = [{"type": t, "status": "False", "reason": reason} for t in ("Ready", "ContainersReady")]
     cluster.kubectl("patch", "pod", pod, "-n", ns, "--subresource=status", "--type=strategic",
                     "-p", json.dumps({"status": {"conditions": not_ready}}))
+
+
+def set_ready(cluster: LocalCluster, ns: str, pod: str) -> None:
+    """What the kubelet writes once a restarted container passes its readiness probe again."""
+    ready = [{"type": t, "status": "True", "reason": None} for t in ("Ready", "ContainersReady")]
+    cluster.kubectl("patch", "pod", pod, "-n", ns, "--subresource=status", "--type=strategic",
+                    "-p", json.dumps({"status": {"conditions": ready}}))
 
 
 def wait_picker(picker: LocalPicker, what: str, check: Callable[[], Any], timeout: float = 90) -> None:

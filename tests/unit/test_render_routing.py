@@ -115,11 +115,12 @@ def test_the_picker_config_has_the_three_scorers_with_the_default_weights() -> N
         "apiVersion": "inference.networking.x-k8s.io/v1alpha1",
         "kind": "EndpointPickerConfig",
         "plugins": [{"type": "queue-scorer"}, {"type": "kv-cache-utilization-scorer"}, {"type": "prefix-cache-scorer"},
+                    {"type": "max-score-picker", "parameters": {"maxNumOfEndpoints": 3}},
                     {"type": "metrics-data-source", "parameters": {"scheme": "http", "path": "/metrics"}},
                     {"type": "core-metrics-extractor"}],
         "schedulingProfiles": [{"name": "default", "plugins": [
             {"pluginRef": "queue-scorer", "weight": 2}, {"pluginRef": "kv-cache-utilization-scorer", "weight": 2},
-            {"pluginRef": "prefix-cache-scorer", "weight": 3}]}],
+            {"pluginRef": "prefix-cache-scorer", "weight": 3}, {"pluginRef": "max-score-picker"}]}],
         "dataLayer": {"sources": [{"pluginRef": "metrics-data-source",
                                    "extractors": [{"pluginRef": "core-metrics-extractor"}]}]},
     }
@@ -129,10 +130,24 @@ def test_a_scorer_of_weight_zero_is_left_out() -> None:
     cm = children({"routing": {"scorers": {"queueDepth": 5, "kvCacheUsage": 0, "prefixCache": 1}}})[
         ("ConfigMap", "big-epp")]
     config = yaml.safe_load(cm["data"]["config.yaml"])
-    assert [p["type"] for p in config["plugins"]] == ["queue-scorer", "prefix-cache-scorer", "metrics-data-source",
-                                                      "core-metrics-extractor"]
+    assert [p["type"] for p in config["plugins"]] == ["queue-scorer", "prefix-cache-scorer", "max-score-picker",
+                                                      "metrics-data-source", "core-metrics-extractor"]
     assert config["schedulingProfiles"][0]["plugins"] == [{"pluginRef": "queue-scorer", "weight": 5},
-                                                          {"pluginRef": "prefix-cache-scorer", "weight": 1}]
+                                                          {"pluginRef": "prefix-cache-scorer", "weight": 1},
+                                                          {"pluginRef": "max-score-picker"}]
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 8])
+def test_the_picker_names_fallback_endpoints_whatever_the_replica_count(replicas: int) -> None:
+    """The max-score picker names up to three endpoints, best first (v1.5.0's default is one): the rest are
+    the fallbacks a gateway with a connect-failure retry goes down (docs/routing.md). Fixed, not the replica
+    count: an autoscaler changes that without a spec change, and the picker gives min(3, candidates)."""
+    cm = children({"replicas": replicas, "routing": {}})[("ConfigMap", "big-epp")]
+    config = yaml.safe_load(cm["data"]["config.yaml"])
+    [picker] = [p for p in config["plugins"] if p["type"] == "max-score-picker"]
+    assert picker == {"type": "max-score-picker", "parameters": {"maxNumOfEndpoints": 3}}
+    [profile] = config["schedulingProfiles"]
+    assert profile["plugins"][-1] == {"pluginRef": "max-score-picker"}  # in the profile, not only registered
 
 
 def test_the_picker_role_is_upstreams_read_only_rules_in_the_fleets_namespace() -> None:

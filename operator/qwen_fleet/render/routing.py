@@ -137,11 +137,22 @@ def render_inference_pool(cr: QwenInference, target: Target | None = None) -> di
     }
 
 
+# How many endpoints the picker names per request (max-score-picker maxNumOfEndpoints; v1.5.0's default is 1):
+# the best first, then fallbacks, comma-separated in x-gateway-destination-endpoint (requestcontrol/director.go).
+# A gateway with Envoy's override_host load balancing and a connect-failure retry tries them in order, so a
+# request picked for a replica that has just died goes to the next one instead of failing (docs/routing.md,
+# "Dead, unready and draining replicas"). Fixed rather than the replica count: the pool's size changes under an
+# autoscaler without a spec change, and the picker returns min(this, candidates) anyway (max_score_picker.go).
+PICKER_ENDPOINTS = 3
+PICKER = "max-score-picker"
+
+
 def epp_config(routing: RoutingSpec) -> dict[str, Any]:
     """The EPP's EndpointPickerConfig: the three scorers of upstream's default config (pkg/epp/config/loader/
-    defaults.go) with our weights, and its data layer (vLLM's /metrics on the pool's target port). A scorer of
-    weight 0 is left out; the loader adds the picker, the profile handler, and the prefix scorer's producer
-    (approx-prefix-cache-producer, autoTune: block size from vLLM's cache_config_info)."""
+    defaults.go) with our weights, the max-score picker naming PICKER_ENDPOINTS endpoints (best first, then
+    fallbacks), and its data layer (vLLM's /metrics on the pool's target port). A scorer of weight 0 is left
+    out; the loader adds the profile handler and the prefix scorer's producer (approx-prefix-cache-producer,
+    autoTune: block size from vLLM's cache_config_info)."""
     weights = [("queue-scorer", routing.scorers.queue_depth),
                ("kv-cache-utilization-scorer", routing.scorers.kv_cache_usage),
                ("prefix-cache-scorer", routing.scorers.prefix_cache)]
@@ -150,11 +161,12 @@ def epp_config(routing: RoutingSpec) -> dict[str, Any]:
         "apiVersion": f"{OBJECTIVE_GROUP}/v1alpha1",
         "kind": "EndpointPickerConfig",
         "plugins": [{"type": name} for name, _ in used] + [
+            {"type": PICKER, "parameters": {"maxNumOfEndpoints": PICKER_ENDPOINTS}},
             {"type": "metrics-data-source", "parameters": {"scheme": "http", "path": "/metrics"}},
             {"type": "core-metrics-extractor"},
         ],
-        "schedulingProfiles": [{"name": "default", "plugins": [{"pluginRef": name, "weight": weight}
-                                                               for name, weight in used]}],
+        "schedulingProfiles": [{"name": "default", "plugins": [
+            *({"pluginRef": name, "weight": weight} for name, weight in used), {"pluginRef": PICKER}]}],
         "dataLayer": {"sources": [{"pluginRef": "metrics-data-source",
                                    "extractors": [{"pluginRef": "core-metrics-extractor"}]}]},
     }
