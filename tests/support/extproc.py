@@ -152,8 +152,23 @@ class Attempt:
     error: str | None = None  # "ExceptionType: message" of a failed attempt
 
 
+class _Attempted:
+    """What a request's ``attempts`` say, for an answered request and a failed one alike."""
+
+    attempts: list[Attempt]
+
+    @property
+    def tried(self) -> list[str]:
+        return [a.endpoint for a in self.attempts]
+
+    @property
+    def retries(self) -> list[tuple[str, str]]:
+        """(endpoint, why) of each attempt that was retried on the next endpoint."""
+        return [(a.endpoint, a.outcome) for a in self.attempts if a.retried]
+
+
 @dataclass
-class Exchange:
+class Exchange(_Attempted):
     """One request through the picker, the endpoints it named and the one that served it."""
 
     endpoint: str  # the endpoint that served the request (reported back as x-gateway-destination-endpoint-served)
@@ -168,17 +183,8 @@ class Exchange:
     sent: float | None = None  # monotonic time the connection to ``endpoint`` was up and the request went out
     attempts: list[Attempt] = field(default_factory=list)  # every endpoint tried, in order; the last served
 
-    @property
-    def tried(self) -> list[str]:
-        return [a.endpoint for a in self.attempts]
 
-    @property
-    def retries(self) -> list[tuple[str, str]]:
-        """(endpoint, why) of each attempt that was retried on the next endpoint."""
-        return [(a.endpoint, a.outcome) for a in self.attempts if a.retried]
-
-
-class UpstreamError(RuntimeError):
+class UpstreamError(_Attempted, RuntimeError):
     """No endpoint the picker named accepted the connection, or the one that did broke off in a way the policy
     does not retry, or every one named failed (a gateway would answer 502/503). ``endpoint``: the last tried;
     ``sent``: when the request went out to it (None: never sent); ``attempts``: every endpoint tried."""
@@ -192,14 +198,6 @@ class UpstreamError(RuntimeError):
         self.refused = refused or []
         self.sent = sent
         self.attempts = attempts or []
-
-    @property
-    def tried(self) -> list[str]:
-        return [a.endpoint for a in self.attempts]
-
-    @property
-    def retries(self) -> list[tuple[str, str]]:
-        return [(a.endpoint, a.outcome) for a in self.attempts if a.retried]
 
 
 class PickerError(RuntimeError):
