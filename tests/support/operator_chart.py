@@ -65,8 +65,12 @@ class OperatorRelease:
         return result.stdout
 
     def uninstall(self) -> None:
+        """`helm uninstall --wait`, then until the release's pods are gone: the Deployment goes at once, its pod
+        only after its graceful stop, and a release installed next (another module's) must find none but its own."""
         helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "120s",
              kubeconfig=self.cluster.kubeconfig, check=False)
+        self.cluster.kubectl("wait", "--for=delete", "pod", "-n", NAMESPACE, "-l", POD_SELECTOR, "--timeout=120s",
+                             check=False, timeout=150)
 
 
 def diagnose(cluster: LocalCluster) -> str:
