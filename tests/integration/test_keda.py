@@ -19,7 +19,7 @@ import pytest
 
 from qwen_fleet.config import FIELD_MANAGER
 from qwen_fleet_dev.cluster import LocalCluster
-from tests.support.kube import apply, condition, events_for, get, wait_fleet, wait_until
+from tests.support.kube import apply, condition, events_for, get, reconciled, wait_fleet, wait_until
 from tests.support.operator_process import OperatorProcess, audit_writes
 from tests.support.third_party import crd_name, third_party_crds
 
@@ -84,7 +84,11 @@ def test_engine_keda_stalls_without_the_crd_then_switches_cleanly_both_ways(
 
     # A running fleet with the HPA, scaled to 3 as an autoscaler would (through the scale subresource).
     apply(cluster, namespace, _fleet("hpa"))
-    hpa = wait_fleet(cluster, namespace, "big", operator.tail, "the HPA", lambda: get(cluster, "hpa", "big", namespace))
+    # The whole first reconcile, not only the HPA: the PodDisruptionBudget is applied after it.
+    wait_fleet(cluster, namespace, "big", operator.tail, "the first reconcile",
+               lambda: reconciled(cluster, "qwi", "big", namespace))
+    hpa = get(cluster, "hpa", "big", namespace)
+    assert hpa is not None
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "big"}
     cluster.kubectl("scale", "deployment", "big", "-n", namespace, "--replicas=3")
 

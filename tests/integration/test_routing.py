@@ -19,7 +19,7 @@ import pytest
 
 from qwen_fleet_dev.cluster import LocalCluster
 from tests.invalid_specs import CASES, Case, merged
-from tests.support.kube import apply, condition, events_for, get, wait_fleet, wait_until
+from tests.support.kube import apply, condition, events_for, get, reconciled, wait_fleet, wait_until
 from tests.support.operator_process import OperatorProcess, audit_writes
 from tests.support.third_party import crd_name, third_party_crds
 
@@ -81,8 +81,10 @@ def test_routing_stalls_without_the_crds_then_is_accepted_and_pruned(
         time.sleep(12)  # one resync of the operator (10 s in these tests) refreshes its capabilities
 
     apply(cluster, namespace, _fleet(None))
-    wait_fleet(cluster, namespace, "big", operator.tail, "the fleet's Deployment",
-               lambda: get(cluster, "deployment", "big", namespace))
+    # The first reconcile done, not only its Deployment: the Service is applied after it (a CI run saw that apply
+    # land after `since` below).
+    wait_fleet(cluster, namespace, "big", operator.tail, "the fleet's first reconcile",
+               lambda: reconciled(cluster, "qwi", "big", namespace))
 
     # routing without the Inference Extension's CRDs: Stalled with the fix, a Warning Event, nothing written.
     since = time.time()

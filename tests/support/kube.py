@@ -38,6 +38,16 @@ def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
     return None
 
 
+def reconciled(cluster: LocalCluster, kind: str, name: str, ns: str) -> dict[str, Any] | None:
+    """The object once its controller has acted on its current generation (status.observedGeneration), else None.
+    The operator writes a fleet's status after every child, so this is the end of a reconcile: waiting for one
+    child alone is not, the children after it may still be on their way."""
+    obj = get(cluster, kind, name, ns)
+    if obj is None or (obj.get("status") or {}).get("observedGeneration") != obj["metadata"].get("generation"):
+        return None
+    return obj
+
+
 def events_for(cluster: LocalCluster, ns: str, name: str) -> list[dict[str, Any]]:
     out = cluster.kubectl("get", "events", "-n", ns, "-o", "json",
                           f"--field-selector=involvedObject.name={name}").stdout
