@@ -10,6 +10,8 @@ the real Job controller (kwok completes or never schedules the pods), status fro
   operator's conditions.
 - A dedicated batch whose output claim never binds fails by its activeDeadlineSeconds: Failed (and Stalled)
   with the Job's reason. A dedicated batch with a Kueue queue is created suspended and labelled: Queued.
+- A batch whose pod no node takes (a nodeSelector none has) is Pending with the real scheduler's words and a
+  Warning Event, where the Job alone reads "active".
 """
 
 from __future__ import annotations
@@ -147,3 +149,30 @@ def test_a_dedicated_batch_that_cannot_start_fails_and_one_with_a_kueue_queue_wa
     assert _reason(cluster, ns, "doomed", "Failed") == "DeadlineExceeded"
     assert _reason(cluster, ns, "doomed", "Stalled") == "DeadlineExceeded"
     assert _status(cluster, ns, "doomed")["state"] == "Failed"
+
+
+def test_a_batch_whose_pod_no_node_takes_is_pending_with_the_scheduler_s_words(
+        cluster: LocalCluster, operator: OperatorProcess, namespace: str) -> None:
+    ns, name = namespace, "nowhere"
+    apply(cluster, ns, {"apiVersion": "qwenfleet.io/v1alpha1", "kind": "QwenInference", "metadata": {"name": "qwen"},
+                        "spec": {"model": {"name": "Qwen/Qwen3-4B-Instruct-2507"}, "engine": {"maxModelLen": 4096},
+                                 "gpu": {"product": "NVIDIA-A10G"}}})
+    apply(cluster, ns, _batch(name, {"fleetRef": {"name": "qwen"}, "input": {"url": "https://example.invalid/a.jsonl"},
+                                     "output": {"configMap": {"name": "answers"}},
+                                     "scheduling": {"nodeSelector": {"qwenfleet.io/pool": "none-has-this"}}}))
+
+    # The real scheduler marks the runner's pod Unschedulable; the Job only counts it active.
+    wait_until("Reconciling Unschedulable", lambda: _reason(cluster, ns, name, "Reconciling") == "Unschedulable", 90)
+    job = get(cluster, "job", f"{name}-batch", ns)
+    assert job is not None and int(job["status"].get("active") or 0) == 1
+    st = _status(cluster, ns, name)
+    assert st["state"] == "Pending"
+    message = (condition({"status": st}, "Reconciling") or {})["message"]
+    assert message.startswith(f"Job {name}-batch is waiting for its pod: pod {name}-batch-"), message
+    assert "cannot be scheduled: 0/" in message and "didn't match Pod's node affinity/selector" in message, message
+    assert _reason(cluster, ns, name, "Stalled") is None  # a node may yet come (an autoscaler): not Stalled
+    event = wait_until("the Unschedulable Event", lambda: [e for e in events_for(cluster, ns, name)
+                                                           if e["reason"] == "Unschedulable"], 30)
+    assert event[0]["type"] == "Warning" and "didn't match" in event[0]["message"]
+    table = cluster.kubectl("get", "qwb", name, "-n", ns).stdout.split()
+    assert table[table.index(name) + 1] == "Pending"

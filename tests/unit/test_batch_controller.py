@@ -93,3 +93,33 @@ def test_a_finished_batch_whose_job_is_deleted_is_left_alone() -> None:
         assert kube.applied == [] and len(kube.patched) == writes  # no new Job, the status stays the record
 
     asyncio.run(scenario())
+
+
+def test_a_pod_the_scheduler_cannot_place_makes_the_batch_pending_with_its_words() -> None:
+    async def scenario() -> None:
+        controller, kube, events = _controller({("team", "qwen"): FLEET})
+        controller.jobs[KEY] = {"metadata": {"name": "sums-batch"}, "spec": {}, "status": {"active": 1}}
+        controller.pods[KEY] = {"sums-batch-x": {
+            "metadata": {"name": "sums-batch-x", "creationTimestamp": "2026-12-02T10:00:00Z"},
+            "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "message": "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."}]}}}
+        await controller.reconcile(KEY)
+        status = kube.patched[-1]
+        assert status["state"] == "Pending"
+        reconciling = next(c for c in status["conditions"] if c["type"] == "Reconciling")
+        assert (reconciling["status"], reconciling["reason"]) == ("True", "Unschedulable")
+        assert "pod sums-batch-x cannot be scheduled: 0/2 nodes are available" in reconciling["message"]
+        assert events == [("Warning", "Unschedulable")]
+        _store_status(controller)
+        writes = len(kube.patched)
+        await controller.reconcile(KEY)  # unchanged: no write, no second Event
+        assert len(kube.patched) == writes and events == [("Warning", "Unschedulable")]
+
+        pod = controller.pods[KEY]["sums-batch-x"]  # placed, running and Ready: the batch runs
+        pod["status"] = {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"},
+                                                            {"type": "Ready", "status": "True"}]}
+        await controller.reconcile(KEY)
+        assert kube.patched[-1]["state"] == "Running" and events == [("Warning", "Unschedulable")]
+
+    asyncio.run(scenario())

@@ -14,6 +14,7 @@ from qwen_fleet.reconcile.batch import (
     fleet_problem,
     job_verdict,
     operator_patch,
+    pod_problem,
     priority_note,
     transition_event,
 )
@@ -99,3 +100,59 @@ def test_events_on_transitions_only() -> None:
     assert transition_event(old, stalled) is None
     assert transition_event(old, Verdict("Complete", "Complete", "ok")) == ("Normal", "Complete")
     assert transition_event(old, Verdict("Running", "Running", "x")) is None
+
+
+def _pod(name: str, created: str = "2026-12-02T10:00:00Z", phase: str = "Pending",
+         conditions: list[dict[str, Any]] | None = None, waiting: dict[str, Any] | None = None,
+         terminating: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "creationTimestamp": created}
+    if terminating:
+        meta["deletionTimestamp"] = "2026-12-02T10:05:00Z"
+    state = {"waiting": waiting} if waiting else {"running": {"startedAt": created}}
+    return {"metadata": meta, "status": {"phase": phase, "conditions": conditions or [],
+                                         "containerStatuses": [{"name": "runner", "state": state}]}}
+
+
+UNSCHEDULABLE = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "message": "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."}
+READY = {"type": "Ready", "status": "True"}
+
+
+@pytest.mark.parametrize(("pods", "expected"), [
+    ([], None),
+    ([_pod("a", conditions=[UNSCHEDULABLE])],
+     ("Unschedulable", "pod a cannot be scheduled: 0/3 nodes are available: 3 node(s) didn't match Pod's node "
+                       "affinity/selector.")),
+    ([_pod("a", waiting={"reason": "ImagePullBackOff", "message": 'Back-off pulling image "r/x:1"'})],
+     ("ImagePullBackOff", 'pod a, container runner: ImagePullBackOff: Back-off pulling image "r/x:1"')),
+    ([_pod("a", waiting={"reason": "CreateContainerConfigError"})],
+     ("CreateContainerConfigError", "pod a, container runner: CreateContainerConfigError")),
+    # on its way: not a problem
+    ([_pod("a", waiting={"reason": "ContainerCreating"})], None),
+    ([_pod("a", conditions=[{"type": "PodScheduled", "status": "False", "reason": "SchedulerError"}])], None),
+    # one Ready pod: the batch runs, whatever a second pod says
+    ([_pod("a", phase="Running", conditions=[READY]), _pod("b", conditions=[UNSCHEDULABLE])], None),
+    # gone or going pods do not count; the newest live one speaks
+    ([_pod("a", terminating=True, conditions=[UNSCHEDULABLE]), _pod("b", phase="Failed", conditions=[UNSCHEDULABLE])],
+     None),
+    ([_pod("old", conditions=[UNSCHEDULABLE]),
+      _pod("new", created="2026-12-02T10:01:00Z", waiting={"reason": "ErrImagePull", "message": "not found"})],
+     ("ErrImagePull", "pod new, container runner: ErrImagePull: not found")),
+], ids=["none", "unschedulable", "image", "config", "creating", "scheduler-error", "one-ready", "gone", "newest"])
+def test_pod_problem(pods: list[dict[str, Any]], expected: tuple[str, str] | None) -> None:
+    assert pod_problem(pods) == expected
+
+
+def test_a_long_pod_message_is_cut_to_one_line() -> None:
+    long = {**UNSCHEDULABLE, "message": "0/900 nodes are available:\n" + "x " * 600}
+    reason, message = pod_problem([_pod("a", conditions=[long])]) or ("", "")
+    assert reason == "Unschedulable" and "\n" not in message
+    assert message.endswith("...") and len(message) < 700
+
+
+def test_a_pod_problem_is_a_warning_once() -> None:
+    waiting = Verdict("Pending", "Unschedulable", "Job b-batch is waiting for its pod: ...")
+    old = batch_status(None, Verdict("Running", "Running", "x"), 1, "b-batch", None, "T")
+    assert transition_event(old, waiting) == ("Warning", "Unschedulable")
+    assert transition_event(batch_status(old, waiting, 1, "b-batch", None, "T"), waiting) is None
+    assert transition_event(old, Verdict("Pending", "Pending", "waiting for its pod")) is None

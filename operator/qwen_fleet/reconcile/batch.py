@@ -12,7 +12,7 @@ Conditions: kstatus's Ready / Reconciling / Stalled, plus ``Complete`` and ``Fai
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +21,12 @@ from qwen_fleet.reconcile.status import condition
 
 OPERATOR_FIELDS = ("observedGeneration", "conditions", "job", "state", "startTime", "completionTime")
 CONDITION_TYPES = ("Ready", "Reconciling", "Stalled", "Complete", "Failed")
+# A container waiting for one of these will not start without a change (an image, a Secret, a command): the batch
+# says so. ContainerCreating, PodInitializing and the like are on their way and are not problems.
+WAITING_PROBLEMS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
+                              "CreateContainerConfigError", "CreateContainerError", "RunContainerError",
+                              "CrashLoopBackOff"})
+POD_PROBLEMS = WAITING_PROBLEMS | {"Unschedulable"}
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,42 @@ def job_verdict(job: Mapping[str, Any] | None, job_name: str, counts: Mapping[st
     return Verdict("Pending", "Pending", f"Job {job_name} is waiting for its pod{retry}")
 
 
+def pod_problem(pods: Iterable[Mapping[str, Any]]) -> tuple[str, str] | None:
+    """Why the Job's live pod is not running, as (reason, message), or None: the scheduler found no node for it
+    (its PodScheduled condition), or a container waits for something that will not come by itself
+    (``WAITING_PROBLEMS``). None as soon as one live pod is Ready: the batch is running."""
+    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")
+            and (p.get("status") or {}).get("phase") in (None, "Pending", "Running")]
+    if any(_pod_condition(p, "Ready").get("status") == "True" for p in live):
+        return None
+    for pod in sorted(live, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""),
+                      reverse=True):  # the newest pod is the one the Job waits for
+        name = str((pod.get("metadata") or {}).get("name") or "")
+        scheduled = _pod_condition(pod, "PodScheduled")
+        if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+            return "Unschedulable", f"pod {name} cannot be scheduled: {_short(scheduled.get('message'))}"
+        st = pod.get("status") or {}
+        for cs in [*(st.get("initContainerStatuses") or []), *(st.get("containerStatuses") or [])]:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            reason = str(waiting.get("reason") or "")
+            if reason in WAITING_PROBLEMS:
+                said = f": {_short(waiting.get('message'))}" if waiting.get("message") else ""
+                return reason, f"pod {name}, container {cs.get('name')}: {reason}{said}"
+    return None
+
+
+def _pod_condition(pod: Mapping[str, Any], type_: str) -> Mapping[str, Any]:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return dict(cond)
+    return {}
+
+
+def _short(text: Any, limit: int = 600) -> str:
+    words = " ".join(str(text or "").split())
+    return words if len(words) <= limit else words[:limit - 3] + "..."
+
+
 def _counts(status: Mapping[str, Any]) -> str:
     if status.get("total") is None:
         return "no progress reported yet"
@@ -130,7 +172,7 @@ def transition_event(old: Mapping[str, Any] | None, verdict: Verdict) -> tuple[s
         return None
     if verdict.state == "Complete":
         return "Normal", "Complete"
-    if verdict.state in ("Failed", "Stalled"):
+    if verdict.state in ("Failed", "Stalled") or (verdict.state == "Pending" and verdict.reason in POD_PROBLEMS):
         return "Warning", verdict.reason
     return None
 

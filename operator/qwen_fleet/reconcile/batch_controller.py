@@ -5,6 +5,9 @@
 - Through a fleet, the Job waits for the QwenInference: until it exists the batch is Stalled (FleetNotFound,
   with an Event) and looked at again every ``FLEET_RECHECK_SECONDS``.
 - Status: only the operator's fields, and only when they change; the runner reports the counts itself.
+- The Job's pods are watched too: a pod the scheduler cannot place, or whose container waits for an image or a
+  Secret that is not there, makes the batch Pending with that reason and the pod's own words (and a Warning
+  Event), instead of "running" with nothing reported.
 A second reconcile of an unchanged batch writes nothing.
 """
 
@@ -30,6 +33,7 @@ from qwen_fleet.reconcile.batch import (
     fleet_problem,
     job_verdict,
     operator_patch,
+    pod_problem,
     priority_note,
     transition_event,
 )
@@ -53,6 +57,7 @@ class BatchController:
         self.kube, self.config, self.fleets, self.emit = kube, config, fleets, emit
         self.batches: dict[Key, dict[str, Any]] = {}
         self.jobs: dict[Key, dict[str, Any]] = {}  # by the batch's key
+        self.pods: dict[Key, dict[str, dict[str, Any]]] = {}  # the Job's pods by name, by the batch's key
         self.queue = WorkQueue()
 
     def fleet_event(self, fleet: Key) -> None:
@@ -97,6 +102,10 @@ class BatchController:
         if verdict.state == "Failed" and old.get("state") != "Failed":
             pod_message = await self._last_pod_message(key[0], name)
             verdict = job_verdict(job, name, old, pod_message)
+        if verdict.state in ("Pending", "Running"):
+            waiting = pod_problem(self.pods.get(key, {}).values())
+            if waiting is not None:
+                verdict = Verdict("Pending", waiting[0], f"Job {name} is waiting for its pod: {waiting[1]}")
         if verdict.state in ("Pending", "Running") and fleet is not None:
             verdict = Verdict(verdict.state, verdict.reason, verdict.message + priority_note(fleet))
         await self._write(raw, verdict, generation, job)
@@ -133,7 +142,7 @@ class BatchController:
 
 
 def register_batch(registry: kopf.OperatorRegistry, get: Callable[[], BatchController | None]) -> None:
-    """kopf watches that feed the batch queue: every QwenBatch event, every event of a batch's Job."""
+    """kopf watches that feed the batch queue: every QwenBatch event, every event of a batch's Job or its pods."""
     def key_of(body: Any) -> Key:
         return (str(body["metadata"].get("namespace") or ""), str(body["metadata"]["name"]))
 
@@ -162,6 +171,21 @@ def register_batch(registry: kopf.OperatorRegistry, get: Callable[[], BatchContr
         else:
             controller.jobs[key] = dict(body)
             controller.queue.add_after(key, 0.5)
+
+    @kopf.on.event("", "v1", "pods", id="watch_batch_pods", labels={BATCH_LABEL: kopf.PRESENT}, registry=registry)
+    async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
+        body, controller = event.get("object") or {}, get()
+        if controller is None or not body.get("metadata"):
+            return
+        key = (str(body["metadata"].get("namespace") or ""), str(body["metadata"]["labels"][BATCH_LABEL]))
+        pods = controller.pods.setdefault(key, {})
+        if event.get("type") == "DELETED":
+            pods.pop(str(body["metadata"]["name"]), None)
+            if not pods:
+                del controller.pods[key]
+        else:
+            pods[str(body["metadata"]["name"])] = dict(body)
+        controller.queue.add_after(key, 0.5)
 
 
 async def batch_worker(controller: BatchController) -> None:
