@@ -17,16 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from qwen_fleet.reconcile.prefetch import job_condition
-from qwen_fleet.reconcile.status import condition
+from qwen_fleet.reconcile.status import WAITING_TROUBLE, condition
 
 OPERATOR_FIELDS = ("observedGeneration", "conditions", "job", "state", "startTime", "completionTime")
 CONDITION_TYPES = ("Ready", "Reconciling", "Stalled", "Complete", "Failed")
-# A container waiting for one of these will not start without a change (an image, a Secret, a command): the batch
-# says so. ContainerCreating, PodInitializing and the like are on their way and are not problems.
-WAITING_PROBLEMS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
-                              "CreateContainerConfigError", "CreateContainerError", "RunContainerError",
-                              "CrashLoopBackOff"})
-POD_PROBLEMS = WAITING_PROBLEMS | {"Unschedulable"}
+POD_PROBLEMS = WAITING_TROUBLE | {"Unschedulable"}
 
 
 @dataclass(frozen=True)
@@ -90,7 +85,7 @@ def job_verdict(job: Mapping[str, Any] | None, job_name: str, counts: Mapping[st
 def pod_problem(pods: Iterable[Mapping[str, Any]]) -> tuple[str, str] | None:
     """Why the Job's live pod is not running, as (reason, message), or None: the scheduler found no node for it
     (its PodScheduled condition), or a container waits for something that will not come by itself
-    (``WAITING_PROBLEMS``). None as soon as one live pod is Ready: the batch is running."""
+    (``WAITING_TROUBLE``, as for a fleet's pods). None as soon as one live pod is Ready: the batch is running."""
     live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")
             and (p.get("status") or {}).get("phase") in (None, "Pending", "Running")]
     if any(_pod_condition(p, "Ready").get("status") == "True" for p in live):
@@ -105,7 +100,7 @@ def pod_problem(pods: Iterable[Mapping[str, Any]]) -> tuple[str, str] | None:
         for cs in [*(st.get("initContainerStatuses") or []), *(st.get("containerStatuses") or [])]:
             waiting = (cs.get("state") or {}).get("waiting") or {}
             reason = str(waiting.get("reason") or "")
-            if reason in WAITING_PROBLEMS:
+            if reason in WAITING_TROUBLE:
                 said = f": {_short(waiting.get('message'))}" if waiting.get("message") else ""
                 return reason, f"pod {name}, container {cs.get('name')}: {reason}{said}"
     return None

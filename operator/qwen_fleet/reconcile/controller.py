@@ -26,7 +26,14 @@ from qwen_fleet.reconcile.cold_start import describe as describe_cold_start
 from qwen_fleet.reconcile.kube import KubeClient, KubeError
 from qwen_fleet.reconcile.prefetch import Prefetch, prefetch_of
 from qwen_fleet.reconcile.queue import Key
-from qwen_fleet.reconcile.status import Observed, Outcome, compute_status, pools_status, status_patch
+from qwen_fleet.reconcile.status import (
+    WAITING_TROUBLE,
+    Observed,
+    Outcome,
+    compute_status,
+    pools_status,
+    status_patch,
+)
 from qwen_fleet.reconcile.store import ChildKey, Store, nccl_status
 from qwen_fleet.reconcile.workload import (
     HTTP_ROUTE,
@@ -48,8 +55,7 @@ from qwen_fleet.render.scale_to_zero import client_endpoint
 log = logging.getLogger("qwen_fleet.reconcile")
 
 # Ready reasons that deserve a Warning Event when they appear (see reconcile/status.py).
-TROUBLE = {"NCCLPreflightFailed", "EngineFailed", "PodsPending", "CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull",
-           "InvalidImageName", "CreateContainerConfigError", "Retrying", "FailedCreate"}
+TROUBLE = {"NCCLPreflightFailed", "EngineFailed", "PodsPending", "Retrying", "FailedCreate"} | WAITING_TROUBLE
 
 EmitEvent = Callable[[dict[str, Any], str, str, str], None]  # (resource, type, reason, message)
 

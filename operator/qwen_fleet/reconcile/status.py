@@ -23,6 +23,11 @@ from qwen_fleet.reconcile.cold_start import (
 from qwen_fleet.reconcile.prefetch import Prefetch, failed_message
 from qwen_fleet.render.keda import keda_hpa_name
 
+# A container waiting for one of these will not start without a change (an image, a Secret, a command); those
+# on their way (ContainerCreating, PodInitializing) are not trouble. For a fleet's pods and a batch's alike.
+WAITING_TROUBLE = frozenset({"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
+                             "CreateContainerConfigError"})
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -109,8 +114,7 @@ def _rollout(plan: Plan, dep: dict[str, Any] | None, pods: tuple[dict[str, Any],
             return "progressing", "EngineFailed", (f"pod {pod['name']}: vLLM exited with code {exit_['exitCode']}: "
                                                    f"{exit_['lines']}")
     for pod in pods:
-        if pod.get("waitingReason") in ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull",
-                                        "InvalidImageName", "CreateContainerConfigError"):
+        if pod.get("waitingReason") in WAITING_TROUBLE:
             return "progressing", str(pod["waitingReason"]), f"pod {pod['name']}: {pod.get('waitingMessage', '')}"
     return "progressing", "RollingOut", (f"{updated}/{desired} replicas updated, {ready}/{desired} ready, "
                                           f"{available}/{desired} available")
