@@ -153,7 +153,7 @@ bench-routing: venv vllm-venv ## the real endpoint picker vs a plain Service on 
 
 .PHONY: docs image
 docs: venv ## the docs site (MkDocs, Material) into build/site with --strict; the API reference is generated from crds/ on the way
-	$(VENV)/bin/mkdocs build --strict --site-dir build/site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
 
 image: venv ## the operator image without a container engine: build/operator-image.tar (docker-archive) and the commands to push it
 	$(PY) hack/operator-image.py build/operator-image.tar
