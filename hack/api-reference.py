@@ -229,6 +229,10 @@ def render_page(crd: dict[str, Any], source: str) -> str:
         lines += ["## Rules on the whole resource", ""]
         lines += [f"- Rule {cel(rule)}: {prose(message)}" for rule, message in top.rules]
         lines.append("")
+    lines += ["## Top-level fields", ""]
+    for child in top.children:
+        lines += field_entry(child, "")
+    lines.append("")
     for child in top.children:
         if child.children:
             lines += list(object_section(child, 2))
