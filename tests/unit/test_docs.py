@@ -155,3 +155,14 @@ def test_a_spot_check_of_one_field(tmp_path: Path) -> None:
     assert entry.startswith(f"- **`maxNumSeqs`** · {field['type']}")
     assert f"minimum {field['minimum']}" in entry and f"maximum {field['maximum']}" in entry
     assert " ".join(field["description"].split())[:60] in _plain(entry)
+
+
+def test_every_make_target_a_page_names_exists() -> None:
+    """`make X` in a code span of any page the site carries names a target of the Makefile."""
+    targets = set(re.findall(r"^([A-Za-z0-9][\w.-]*)\s*:(?!=)", (ROOT / "Makefile").read_text(), re.MULTILINE))
+    pages = [*sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "bench" / "results").glob("*.md")),
+             ROOT / "charts" / "qwen-fleet" / "README.md"]
+    named = {(p.relative_to(ROOT).as_posix(), target) for p in pages
+             for target in re.findall(r"`make ([a-z][\w-]*)", p.read_text())}
+    assert len(named) > 20
+    assert [(page, t) for page, t in sorted(named) if t not in targets] == []
