@@ -151,6 +151,13 @@ BENCH_ROUTING_ARGS ?=
 bench-routing: venv vllm-venv ## the real endpoint picker vs a plain Service on two tiny CPU engines: prefix-cache hit rate and TTFT, short TTFT under a long flood with and without priority, a replica killed mid-run under two gateway retry policies (connect-failure; connect-failure,reset); ~6.5 min; bench/results/routing.{md,json,png}
 	$(PY) -m bench.routing $(BENCH_ROUTING_ARGS)
 
+.PHONY: docs image
+docs: venv ## the docs site (MkDocs, Material) into build/site with --strict; the API reference is generated from crds/ on the way
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
+
+image: venv ## the operator image without a container engine: build/operator-image.tar (docker-archive) and the commands to push it
+	$(PY) hack/operator-image.py build/operator-image.tar
+
 cluster-up: venv binaries ## start a local control plane in .dev/cluster (export KUBECONFIG as printed)
 	$(VENV)/bin/qwen-fleet dev up --dir .dev/cluster
 
