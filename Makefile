@@ -54,7 +54,7 @@ run: setup ## demo: local cluster with a real node, CRD, operator, a tiny CPU fl
 	$(VENV)/bin/qwen-fleet run --real-node
 
 test: setup ## the whole suite: unit, integration, contract, e2e, chaos, the real-node fleet (fails if no test ran)
-	@set -o pipefail; rc=0; $(VENV)/bin/pytest -p no:cacheprovider --durations=30 -m "not keda_controller and not keda_http" $(PYTEST_ARGS) tests || rc=$$?; \
+	@set -o pipefail; rc=0; QF_TEST_TIMES=$${QF_TEST_TIMES:-$(QF_CACHE)/make-test-times.json} $(VENV)/bin/pytest -p no:cacheprovider --durations=30 -m "not keda_controller and not keda_http" $(PYTEST_ARGS) tests || rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: no tests ran" >&2; exit 1; fi; exit $$rc
 
 # --- pieces -------------------------------------------------------------------------------------------------
