@@ -112,7 +112,10 @@ def step(name: str, what: str, cold: str, why: str = "", entry: str = "", out: I
     def beat() -> None:
         interval = heartbeat_seconds(stream)
         while not stop.wait(interval):
-            extra = f"; {now()}" if now is not None else ""
+            try:
+                extra = f"; {now()}" if now is not None else ""
+            except Exception as exc:  # a progress probe that fails must not end the heartbeat
+                extra = f"; ({type(exc).__name__})"
             say(f"  ... {what}: {duration(time.monotonic() - started)} so far{extra}", stream)
 
     thread = threading.Thread(target=beat, name=f"heartbeat-{name}", daemon=True)
