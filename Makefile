@@ -45,7 +45,8 @@ setup: venv ## everything the tests need; the engine venv installs (network-boun
 	@hack/vllm-venv.sh >/dev/null & engine=$$!; \
 	  hack/build-binaries.sh; built=$$?; \
 	  wait $$engine; venv=$$?; \
-	  if [ $$built -ne 0 ] || [ $$venv -ne 0 ]; then echo "setup failed (binaries: $$built, vllm venv: $$venv)" >&2; exit 1; fi
+	  if [ $$built -ne 0 ] || [ $$venv -ne 0 ]; then echo "setup failed (binaries: $$built, vllm venv: $$venv; logs: $(QF_CACHE)/logs)" >&2; exit 1; fi; \
+	  echo "[setup] ready in $$SECONDS s (each step's time: $(QF_CACHE)/.timings)" >&2
 
 # --- the two commands ---------------------------------------------------------------------------------------
 
