@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
+from qwen_fleet_dev import demo
 from qwen_fleet_dev.demo_text import DemoState, Node, chat_request, closing_lines
 
 REAL = DemoState(
@@ -59,3 +61,41 @@ def test_fake_gpu_fleet_lines_say_nothing_serves_and_offer_no_curl() -> None:
 def test_chat_request_is_the_openai_shape() -> None:
     assert json.loads(chat_request("m", "hi", 8)) == {"model": "m", "messages": [{"role": "user", "content": "hi"}],
                                                       "max_tokens": 8}
+
+
+class FakeKubectl:
+    """Answers the three reads demo._demo_state makes, with objects shaped as the apiserver returns them."""
+
+    kubectl = "/c/bin/kubectl"
+
+    def __call__(self, *args: str, **_: object) -> str:
+        if args[:2] == ("get", "nodes"):
+            return json.dumps({"items": [
+                {"metadata": {"name": "real-node-0", "labels": {"type": "real"}}, "status": {"capacity": {}}},
+                {"metadata": {"name": "gpu-0", "labels": {"nvidia.com/gpu.product": "NVIDIA-A10G"}},
+                 "status": {"capacity": {"nvidia.com/gpu": "4"}}}]})
+        if args[:2] == ("get", "qwi"):
+            return json.dumps({"status": {"readyReplicas": 1, "replicas": 2}})
+        if args[:2] == ("get", "service"):
+            return json.dumps({"spec": {"clusterIP": "10.96.0.9", "ports": [{"name": "metrics", "port": 9000},
+                                                                             {"name": "http", "port": 8000}]}})
+        raise AssertionError(args)
+
+
+def test_demo_state_reads_nodes_replicas_service_and_the_answer(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("clusters:\n- cluster: {server: 'https://10.201.0.1:36443'}\n  name: local\n")
+
+    class Operator:
+        pid = 77
+
+    answer = {"model": "qwen-tiny", "choices": [{"message": {"role": "assistant", "content": "hi there"}}]}
+    state = demo._demo_state(FakeKubectl(), kubeconfig, Operator(), tmp_path / "op.log",  # type: ignore[arg-type]
+                             "qwen-tiny", answer, tmp_path, own_cluster=True)
+    assert state.nodes == (Node("real-node-0", "real"), Node("gpu-0", "kwok", "4x NVIDIA-A10G"))
+    assert (state.ready_replicas, state.replicas) == (1, 2)
+    assert state.service_url == "http://10.96.0.9:8000"
+    assert (state.served_model, state.answer, state.apiserver) == ("qwen-tiny", "hi there", "https://10.201.0.1:36443")
+    unserved = demo._demo_state(FakeKubectl(), kubeconfig, Operator(), tmp_path / "op.log",  # type: ignore[arg-type]
+                                "qwen3-4b", None, tmp_path, own_cluster=False)
+    assert (unserved.service_url, unserved.answer, unserved.served_model) == ("", "", "qwen3-4b")
