@@ -11,6 +11,7 @@
 #                                       entry is complete (it runs again under the lock: a second set-up that
 #                                       waited finds the first one's work done) and calls qf_step_start just
 #                                       before the long part.
+#   qf_lock ENTRY                       hold ENTRY's lock until the script exits (a script that builds one entry).
 #   qf_step_start WHAT COLD [WHY]       inside FN: one line that the step starts (what, why, how long it took
 #                                       last time or COLD), then a heartbeat until FN returns.
 #
@@ -61,6 +62,16 @@ qf_step_start() { # what cold [why]
   # The heartbeat must not hold the lock (fd 9) or the log open after this script is gone.
   qf_heartbeat "$1" "$started" "$QF_STEP_LOG" 9>&- >/dev/null &
   printf '%s %s %s\n' "$started" "$!" "$1" > "$QF_STEP_STATE"
+}
+
+qf_lock() { # entry: hold the entry's lock (fd 9) until the script exits; for a short script that is one build
+  mkdir -p "$QF_CACHE/.locks"
+  local lock; lock="$QF_CACHE/.locks/$(qf_slug "$1").lock"
+  exec 9>"$lock"
+  if ! flock -n 9; then
+    qf_say "waiting for another set-up that is building $1 (lock: $lock)"
+    flock 9
+  fi
 }
 
 qf_cached() { # entry step fn [args...]

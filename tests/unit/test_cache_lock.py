@@ -222,3 +222,24 @@ def test_durations_and_sizes_read_as_the_shell_writes_them() -> None:
     shell_slug = subprocess.run(["bash", "-c", f'source "{LIB}"; qf_slug "images/vllm-cpu 0.32"'],
                                 capture_output=True, text=True, check=True).stdout
     assert shell_slug == cachelock.slug("images/vllm-cpu 0.32") == "images_vllm-cpu_0.32"
+
+
+LOCK_FOR_SCRIPT = r"""
+set -euo pipefail
+source "$1"
+qf_lock fake/v1
+echo "begin $$" >> "$JOURNAL"
+sleep 0.2
+echo "end $$" >> "$JOURNAL"
+"""
+
+
+def test_qf_lock_holds_the_entry_until_the_script_exits(cache: Path, tmp_path: Path) -> None:
+    """hack/third-party-crds.sh's form: the lock for the rest of a script that builds one entry."""
+    def start(tmp: Path, name: str) -> Run:
+        return Run(["bash", "-c", LOCK_FOR_SCRIPT, "locked", str(LIB)], tmp, name)
+
+    _started_together(cache, tmp_path, [start, start])
+    lines = (tmp_path / "journal").read_text().split()
+    assert lines[0::2] == ["begin", "end", "begin", "end"]  # one after the other, never both inside
+    assert lines[1] == lines[3] != lines[5] == lines[7]
