@@ -47,13 +47,19 @@ def chat_request(model: str, content: str = "Say hello", max_tokens: int = 16) -
 
 
 def _nodes(nodes: tuple[Node, ...]) -> str:
+    """The real node by name; kwok's fake nodes counted by what they claim (a demo cluster has a dozen)."""
     real = [n.name for n in nodes if n.kind == "real"]
-    fake = [f"{n.name}{f' ({n.gpus})' if n.gpus else ''}" for n in nodes if n.kind != "real"]
+    kinds: dict[str, int] = {}
+    for node in nodes:
+        if node.kind != "real":
+            kinds[node.gpus] = kinds.get(node.gpus, 0) + 1
     parts = []
     if real:
         parts.append(f"{', '.join(real)} (real: containerd, kubelet, kube-proxy)")
-    if fake:
-        parts.append(f"{', '.join(fake)} (kwok: fake GPU nodes, nothing runs there)")
+    if kinds:
+        counted = ", ".join(f"{count} with {gpus}" if gpus else f"{count} without GPUs"
+                            for gpus, count in sorted(kinds.items()))
+        parts.append(f"kwok's fake nodes, where nothing really runs: {counted}")
     return "; ".join(parts) or "none"
 
 

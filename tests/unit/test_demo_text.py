@@ -25,8 +25,8 @@ def test_real_fleet_lines_say_where_show_the_answer_and_give_commands_that_parse
     text = "\n".join(lines)
     assert lines[0] == "==> what runs where"
     assert "  cluster   https://10.201.0.1:36443, kubeconfig /tmp/qwen-fleet-run-x/cluster/kubeconfig" in lines
-    assert ("  nodes     real-node-0 (real: containerd, kubelet, kube-proxy); gpu-a10g-0 (1x NVIDIA-A10G) "
-            "(kwok: fake GPU nodes, nothing runs there)") in lines
+    assert ("  nodes     real-node-0 (real: containerd, kubelet, kube-proxy); kwok's fake nodes, where nothing "
+            "really runs: 1 with 1x NVIDIA-A10G") in lines
     assert "pid 4242, as ServiceAccount qwen-fleet-system/qwen-fleet" in text
     assert "QwenInference default/qwen-tiny: 1/1 replicas ready" in text
     assert "Service default/qwen-tiny at http://10.96.0.17:8000" in text
@@ -52,6 +52,12 @@ def test_fake_gpu_fleet_lines_say_nothing_serves_and_offer_no_curl() -> None:
                       operator_log="/l", namespace="default", fleet="qwen3-4b", ready_replicas=2, replicas=2)
     lines = closing_lines(state)
     assert "  serving   no engine runs: its pods are on fake GPU nodes" in lines
+    many = (Node("cpu-0", "kwok"), *(Node(f"a{i}", "kwok", "1x NVIDIA-A10G") for i in range(8)),
+            Node("h0", "kwok", "8x NVIDIA-H100"), Node("h1", "kwok", "8x NVIDIA-H100"))
+    crowded = closing_lines(DemoState(**{**state.__dict__, "nodes": many}))
+    (nodes,) = [line for line in crowded if line.startswith("  nodes")]
+    assert nodes == ("  nodes     kwok's fake nodes, where nothing really runs: 1 without GPUs, 8 with 1x NVIDIA-A10G, "
+                     "2 with 8x NVIDIA-H100")
     assert not [line for line in lines if "curl" in line or "answer" in line]
     assert lines[-1] == "==> running. Ctrl-C stops everything this run started: operator, fleet, cluster."
     found = closing_lines(DemoState(**{**state.__dict__, "own_cluster": False}))
