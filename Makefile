@@ -45,7 +45,8 @@ setup: venv ## everything the tests need; the engine venv installs (network-boun
 	@hack/vllm-venv.sh >/dev/null & engine=$$!; \
 	  hack/build-binaries.sh; built=$$?; \
 	  wait $$engine; venv=$$?; \
-	  if [ $$built -ne 0 ] || [ $$venv -ne 0 ]; then echo "setup failed (binaries: $$built, vllm venv: $$venv)" >&2; exit 1; fi
+	  if [ $$built -ne 0 ] || [ $$venv -ne 0 ]; then echo "setup failed (binaries: $$built, vllm venv: $$venv; logs: $(QF_CACHE)/logs)" >&2; exit 1; fi; \
+	  echo "[setup] ready in $$SECONDS s (each step's time: $(QF_CACHE)/.timings)" >&2
 
 # --- the two commands ---------------------------------------------------------------------------------------
 
@@ -54,7 +55,7 @@ run: setup ## demo: local cluster with a real node, CRD, operator, a tiny CPU fl
 	$(VENV)/bin/qwen-fleet run --real-node
 
 test: setup ## the whole suite: unit, integration, contract, e2e, chaos, the real-node fleet (fails if no test ran)
-	@set -o pipefail; rc=0; $(VENV)/bin/pytest -p no:cacheprovider --durations=30 -m "not keda_controller and not keda_http" $(PYTEST_ARGS) tests || rc=$$?; \
+	@set -o pipefail; rc=0; QF_TEST_TIMES=$${QF_TEST_TIMES:-$(QF_CACHE)/make-test-times.json} $(VENV)/bin/pytest -p no:cacheprovider --durations=30 -m "not keda_controller and not keda_http" $(PYTEST_ARGS) tests || rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: no tests ran" >&2; exit 1; fi; exit $$rc
 
 # --- pieces -------------------------------------------------------------------------------------------------

@@ -6,6 +6,9 @@
 #                                            (default: all but epp, keda and keda-http)
 #
 # Each component lands in $QF_CACHE/<component>/<version>/bin and is rebuilt only when a binary is missing.
+# Each build runs under its own lock ($QF_CACHE/.locks/<component>_<version>.lock, hack/cache-lib.sh): two set-ups
+# started together build it once, the second waits and reuses it. Go's output goes to $QF_CACHE/logs/<component>.log;
+# the terminal gets a line when a build starts (with its last or cold time), a heartbeat, and its time when done.
 # Why a wrapper module for k8s.io/kubernetes: its go.mod pins every staging module at v0.0.0 with a
 # replace to ./staging, so `go install ...@v1.36.3` is refused; we generate a module whose replace lines are
 # read from that real go.mod (no hand-kept list to drift).
@@ -14,8 +17,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=hack/versions.env
 source "$here/versions.env"
 QF_CACHE=${QF_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qwen-fleet}
+# shellcheck source=hack/cache-lib.sh
+source "$here/cache-lib.sh"
 export GOTOOLCHAIN=${GOTOOLCHAIN:-local} CGO_ENABLED=0 GOFLAGS=${GOFLAGS:--mod=mod}
 
+# Inside a build (qf_cached) stderr is the component's log; qf_say writes to the terminal.
 log() { printf '[build-binaries %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 have_all() { # dir names...
@@ -30,7 +36,8 @@ build_k8s_cmds() { # what cmd...
   local what=$1; shift
   local out="$QF_CACHE/k8s/$K8S_VERSION/bin"
   have_all "$out" "$@" && return 0
-  log "building kubernetes $K8S_VERSION $what: $* (cold: ~20-30 min on 2 cores)"
+  qf_step_start "kubernetes $K8S_VERSION $what: $*" "~20-30 min on 2 cores (node: ~3 min after the control plane)" \
+    "Go build of k8s.io/kubernetes from the module proxy"
   local mod; mod=$(mktemp -d "${TMPDIR:-/tmp}/qf-k8s-mod.XXXXXX")
   local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
   local staging_v="v0.${K8S_VERSION#v1.}"
@@ -73,7 +80,7 @@ build_k8s() { build_k8s_cmds control-plane kube-apiserver kube-controller-manage
 
 # kubelet and kube-proxy for the real node (opt-in: LocalCluster(real_node=True)); its container runtime
 # comes from Debian (hack/real-node-deps.sh).
-build_node() { build_k8s_cmds node kubelet kube-proxy; build_coredns; }
+build_node() { build_k8s_cmds node kubelet kube-proxy; }  # CoreDNS too: the dispatch below adds it
 
 # CoreDNS, the real node's cluster DNS (its pods resolve <service>.<namespace>.svc through it). Same wrapper-module
 # recipe as the adapter; CoreDNS's go.mod has no replace or exclude directives. The default plugin set (plugin.cfg
@@ -81,7 +88,8 @@ build_node() { build_k8s_cmds node kubelet kube-proxy; build_coredns; }
 build_coredns() {
   local out="$QF_CACHE/coredns/$COREDNS_VERSION/bin"
   have_all "$out" coredns && return 0
-  log "building coredns $COREDNS_VERSION (~1.5 min on 2 cores once the Go module cache has its dependencies)"
+  qf_step_start "coredns $COREDNS_VERSION" "~1.5 min on 2 cores once the Go module cache has its dependencies" \
+    "the real node's cluster DNS"
   local mod; mod=$(mktemp -d "${TMPDIR:-/tmp}/qf-coredns-mod.XXXXXX")
   (
     cd "$mod"
@@ -99,7 +107,7 @@ build_coredns() {
 build_etcd() {
   local out="$QF_CACHE/etcd/$ETCD_VERSION/bin"
   have_all "$out" etcd && return 0
-  log "building etcd $ETCD_VERSION"
+  qf_step_start "etcd $ETCD_VERSION" "~2 min on 2 cores" "the control plane's store"
   local mod; mod=$(mktemp -d "${TMPDIR:-/tmp}/qf-etcd-mod.XXXXXX")
   (
     cd "$mod"
@@ -116,7 +124,7 @@ build_etcd() {
 build_kwok() {
   local out="$QF_CACHE/kwok/$KWOK_VERSION/bin"
   have_all "$out" kwok && [ -d "$QF_CACHE/kwok/$KWOK_VERSION/stages" ] && return 0
-  log "building kwok $KWOK_VERSION"
+  qf_step_start "kwok $KWOK_VERSION" "~1.5 min on 2 cores" "fake GPU nodes"
   mkdir -p "$out"
   GOBIN="$out" go install "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
   # Standalone kwok has no built-in stages; copy the ones shipped in the module (read-only in the mod cache).
@@ -132,7 +140,7 @@ build_kwok() {
 build_helm() {
   local out="$QF_CACHE/helm/$HELM_VERSION/bin"
   have_all "$out" helm && return 0
-  log "building helm $HELM_VERSION"
+  qf_step_start "helm $HELM_VERSION" "~2 min on 2 cores" "installs the chart"
   mkdir -p "$out"
   local major=${HELM_VERSION%%.*}
   GOBIN="$out" go install "helm.sh/helm/$major/cmd/helm@$HELM_VERSION"
@@ -147,7 +155,7 @@ build_prometheus() {
   for n in prometheus promtool; do
     [ -x "$out/$n" ] || cmds+=("github.com/prometheus/prometheus/cmd/$n@$PROMETHEUS_VERSION")
   done
-  log "building ${cmds[*]}"
+  qf_step_start "prometheus $PROMETHEUS_VERSION: ${cmds[*]##*/}" "~4 min on 2 cores" "the autoscaling metrics path"
   # remove_all_sd drops the ~25 cloud service-discovery plugins (static and file SD stay in the minimum
   # set): we only scrape local targets, and the build is much shorter. Without the builtinassets tag the
   # web UI is not embedded; the HTTP API, which is all the adapter and the tests use, is unaffected.
@@ -165,7 +173,7 @@ build_prometheus() {
 build_adapter() {
   local out="$QF_CACHE/adapter/$PROMETHEUS_ADAPTER_VERSION/bin"
   have_all "$out" prometheus-adapter && return 0
-  log "building prometheus-adapter $PROMETHEUS_ADAPTER_VERSION"
+  qf_step_start "prometheus-adapter $PROMETHEUS_ADAPTER_VERSION" "~3 min on 2 cores" "custom.metrics.k8s.io for the HPA"
   # Its go.mod has no replace directives, but `go install ...@v` still fails: it asks the proxy for the
   # module's version list (to check for a deprecation notice) and the proxy refuses that list (403) while it
   # serves the pinned version itself. A wrapper module that requires the exact version needs no list.
@@ -185,7 +193,7 @@ build_adapter() {
 build_kubeconform() {
   local out="$QF_CACHE/kubeconform/$KUBECONFORM_VERSION/bin"
   have_all "$out" kubeconform && return 0
-  log "building kubeconform $KUBECONFORM_VERSION"
+  qf_step_start "kubeconform $KUBECONFORM_VERSION" "~1 min on 2 cores" "make lint's manifest validator"
   rm -rf "$out.tmp"; mkdir -p "$out.tmp"
   GOBIN="$out.tmp" go install -trimpath -ldflags "-s -w -X main.version=$KUBECONFORM_VERSION" "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
   rm -rf "$out"; mv "$out.tmp" "$out"
@@ -199,6 +207,7 @@ build_lws() {
   # Both CRDs: the manager runs the DisaggregatedSet controller too, which needs its kind served.
   local crds=(leaderworkerset.x-k8s.io_leaderworkersets.yaml disaggregatedset.x-k8s.io_disaggregatedsets.yaml)
   have_all "$base/bin" lws-manager && [ -f "$base/crds/${crds[0]}" ] && [ -f "$base/crds/${crds[1]}" ] && return 0
+  qf_step_start "lws $LWS_VERSION manager and CRDs" "~4 min on 2 cores" "multi-node fleets"
   local mod; mod=$(mktemp -d "${TMPDIR:-/tmp}/qf-lws-mod.XXXXXX")
   (
     cd "$mod"
@@ -228,7 +237,8 @@ build_lws() {
 build_epp() {
   local out="$QF_CACHE/epp/$GATEWAY_API_INFERENCE_EXTENSION_VERSION/bin"
   have_all "$out" epp && return 0
-  log "building epp $GATEWAY_API_INFERENCE_EXTENSION_VERSION (sigs.k8s.io/gateway-api-inference-extension/cmd/epp)"
+  qf_step_start "epp $GATEWAY_API_INFERENCE_EXTENSION_VERSION (gateway-api-inference-extension/cmd/epp)" "~5-8 min on 2 cores" \
+    "the endpoint picker of spec.routing"
   local mod; mod=$(mktemp -d "${TMPDIR:-/tmp}/qf-epp-mod.XXXXXX")
   local pkg=sigs.k8s.io/gateway-api-inference-extension
   (
@@ -258,6 +268,7 @@ build_keda() {
   local have_crds=1
   for f in "${crds[@]}"; do [ -f "$base/crds/$f" ] || have_crds=0; done
   have_all "$base/bin" keda keda-adapter && [ "$have_crds" = 1 ] && return 0
+  qf_step_start "keda $KEDA_VERSION operator, metrics apiserver and CRDs" "~25 min on 2 cores" "autoscaling.engine keda"
   local src; src=$(go mod download -json "github.com/kedacore/keda/v2@$KEDA_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
   [ -f "$src/go.mod" ] || { log "could not download github.com/kedacore/keda/v2@$KEDA_VERSION"; exit 1; }
   if ! have_all "$base/bin" keda keda-adapter; then
@@ -293,6 +304,8 @@ build_keda_http() {
   for c in "${cmds[@]}"; do bins+=("keda-http-$c"); done
   for f in "${crds[@]}"; do [ -f "$base/crds/$f" ] || have_crds=0; done
   have_all "$base/bin" "${bins[@]}" && [ "$have_crds" = 1 ] && return 0
+  qf_step_start "KEDA HTTP add-on $KEDA_HTTP_ADDON_VERSION: interceptor, scaler, operator" \
+    "~2.5 min with the Go build cache KEDA's build left, 10-15 min alone" "autoscaling.scaleToZero"
   local src; src=$(go mod download -json "github.com/kedacore/http-add-on@$KEDA_HTTP_ADDON_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
   [ -f "$src/go.mod" ] || { log "could not download github.com/kedacore/http-add-on@$KEDA_HTTP_ADDON_VERSION"; exit 1; }
   if ! have_all "$base/bin" "${bins[@]}"; then
@@ -317,15 +330,36 @@ build_keda_http() {
   rm -rf "$base/crds"; mv "$base/crds.tmp" "$base/crds"
 }
 
+# The cache entry of each component: its lock ($QF_CACHE/.locks/<entry>.lock) is held while it builds. A new
+# component adds a line here and a build_<component> function (dashes become underscores).
+component_entry() {
+  case $1 in
+    k8s) echo "k8s-control-plane/$K8S_VERSION" ;;
+    node) echo "k8s-node/$K8S_VERSION" ;;
+    coredns) echo "coredns/$COREDNS_VERSION" ;;
+    etcd) echo "etcd/$ETCD_VERSION" ;;
+    kwok) echo "kwok/$KWOK_VERSION" ;;
+    helm) echo "helm/$HELM_VERSION" ;;
+    prometheus) echo "prometheus/$PROMETHEUS_VERSION" ;;
+    adapter) echo "adapter/$PROMETHEUS_ADAPTER_VERSION" ;;
+    kubeconform) echo "kubeconform/$KUBECONFORM_VERSION" ;;
+    lws) echo "lws/$LWS_VERSION" ;;
+    epp) echo "epp/$GATEWAY_API_INFERENCE_EXTENSION_VERSION" ;;
+    keda) echo "keda/$KEDA_VERSION" ;;
+    keda-http) echo "keda-http/$KEDA_HTTP_ADDON_VERSION" ;;
+    *) return 1 ;;
+  esac
+}
+
 components=("$@")
 # keda, keda-http and epp are built only when asked (make test-keda / test-keda-http / bench-keda / test-picker, or
 # their tests' fixtures): ~25, ~10-15 and ~5-8 min cold on 2 cores, for tests outside make test.
 [ ${#components[@]} -gt 0 ] || components=(etcd kwok helm k8s node prometheus adapter kubeconform lws)
 for c in "${components[@]}"; do
-  case $c in
-    k8s|node|etcd|kwok|helm|prometheus|adapter|kubeconform|lws|epp|keda) "build_$c" ;;
-    keda-http) build_keda_http ;;
-    *) log "unknown component: $c"; exit 2 ;;
-  esac
+  [ "$c" = node ] && todo=(node coredns) || todo=("$c")
+  for t in "${todo[@]}"; do
+    entry=$(component_entry "$t") || { qf_say "unknown component: $t"; exit 2; }
+    qf_cached "$entry" "$t" "build_${t//-/_}"
+  done
 done
-log "binaries ready under $QF_CACHE"
+qf_say "binaries ready under $QF_CACHE"

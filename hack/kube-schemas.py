@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
 from qwen_fleet import versions  # noqa: E402
+from qwen_fleet_dev import cachelock  # noqa: E402
 from qwen_fleet_dev.binaries import cache_root  # noqa: E402
 
 OUR_CRDS = sorted((ROOT / "crds").glob("*.yaml"))  # QwenInference and QwenBatch
@@ -140,12 +141,19 @@ def _openapi_with(cluster: Any, gvks: list[str], timeout: float = 60) -> dict[st
 def main() -> int:
     files = crd_files()
     out = cache_root() / "kube-schemas" / cache_key(files)
-    if not (out / "_definitions.json").exists():
+
+    def done() -> Path | None:
+        return out if (out / "_definitions.json").exists() else None
+
+    def build() -> Path:
         tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
         count = generate(tmp, files)
         tmp.rename(out)
         print(f"kube-schemas: {count} kinds from kube-apiserver {versions.KUBERNETES}", file=sys.stderr)
-    print(out)
+        return out
+
+    # Under the entry's lock: a second run waits for the first's rename instead of failing on it.
+    print(cachelock.cached(f"kube-schemas/{out.name}", done, build))
     return 0
 
 

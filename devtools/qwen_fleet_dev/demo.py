@@ -25,6 +25,7 @@ import yaml
 
 from qwen_fleet_dev import binaries, demo_serving
 from qwen_fleet_dev.cluster import LocalCluster, free_port
+from qwen_fleet_dev.demo_text import DemoState, Node, closing_lines
 from qwen_fleet_dev.processes import _die_with_parent, wait_for
 
 ROOT = binaries.repo_root() or Path.cwd()
@@ -122,7 +123,8 @@ def _serve_example(kubectl: Kubectl, bins: binaries.Binaries, kubeconfig: Path, 
     return name
 
 
-def _serve_real(kubectl: Kubectl, bins: binaries.Binaries, cluster: LocalCluster, workdir: Path) -> str:
+def _serve_real(kubectl: Kubectl, bins: binaries.Binaries, cluster: LocalCluster, workdir: Path
+                ) -> tuple[str, dict[str, Any]]:
     """The tiny model served for real on the real node; prints its first answer."""
     answer = demo_serving.serve_tiny_model(cluster, workdir)
     result = _wait_ready(bins, cluster.kubeconfig, demo_serving.NAME, 300)
@@ -132,7 +134,44 @@ def _serve_real(kubectl: Kubectl, bins: binaries.Binaries, cluster: LocalCluster
     _show(kubectl, demo_serving.NAME)
     say("a chat completion from the real vLLM engine, through the fleet's Service:")
     demo_serving.print_answer(answer)
-    return demo_serving.NAME
+    return demo_serving.NAME, answer
+
+
+def _nodes(kubectl: Kubectl) -> tuple[Node, ...]:
+    items = json.loads(kubectl("get", "nodes", "-o", "json"))["items"]
+    out = []
+    for node in items:
+        labels = node["metadata"].get("labels") or {}
+        gpus = (node.get("status", {}).get("capacity") or {}).get("nvidia.com/gpu", "")
+        product = labels.get("nvidia.com/gpu.product", "")
+        kind = "real" if labels.get("type") == "real" else "kwok"
+        out.append(Node(node["metadata"]["name"], kind, f"{gpus}x {product}".strip() if gpus and gpus != "0" else ""))
+    return tuple(out)
+
+
+def _answer_text(answer: dict[str, Any] | None) -> str:
+    try:
+        return str(answer["choices"][0]["message"]["content"]) if answer else ""
+    except (KeyError, IndexError, TypeError):
+        return ""
+
+
+def _demo_state(kubectl: Kubectl, kubeconfig: Path, operator: subprocess.Popen[bytes], log: Path, name: str,
+                answer: dict[str, Any] | None, workdir: Path, own_cluster: bool) -> DemoState:
+    """What runs where, read from the cluster, for the closing lines (demo_text.closing_lines)."""
+    obj: dict[str, Any] = json.loads(kubectl("get", "qwi", name, "-n", "default", "-o", "json"))
+    status = obj.get("status") or {}
+    served = answer is not None
+    return DemoState(
+        kubeconfig=str(kubeconfig), kubectl=str(kubectl.kubectl),
+        apiserver=str(yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]),
+        nodes=_nodes(kubectl), operator_pid=operator.pid, operator_identity=f"{NAMESPACE}/{SERVICE_ACCOUNT}",
+        operator_log=str(log), namespace="default", fleet=name,
+        ready_replicas=int(status.get("readyReplicas") or 0), replicas=int(status.get("replicas") or 0),
+        service_url=demo_serving.service_url_of(kubectl("get", "service", name, "-n", "default", "-o", "json"))
+        if served else "",
+        served_model=str((answer or {}).get("model") or name), answer=_answer_text(answer), demo_pid=os.getpid(),
+        logs_dir=str(workdir), own_cluster=own_cluster)
 
 
 class DemoError(RuntimeError):
@@ -171,8 +210,9 @@ def run_demo(example: Path, keep: bool = True, real_node: bool = False) -> int:
         print(kubectl("get", "nodes", "-L", "nvidia.com/gpu.product,nvidia.com/gpu.count"))
         log = workdir / "operator.log"
         operator = _install_and_start_operator(kubectl, bins, kubeconfig, workdir, log)
+        answer: dict[str, Any] | None = None
         if cluster is not None and real_node:
-            name = _serve_real(kubectl, bins, cluster, workdir)
+            name, answer = _serve_real(kubectl, bins, cluster, workdir)
         else:
             name = _serve_example(kubectl, bins, kubeconfig, example)
             _show(kubectl, name)
@@ -182,7 +222,9 @@ def run_demo(example: Path, keep: bool = True, real_node: bool = False) -> int:
             return 1
         say(f"{name} is Ready ({time.monotonic() - began:.1f}s since start)")
         if keep:
-            say(f"running; try: KUBECONFIG={kubeconfig} kubectl get qwi -A. Ctrl-C stops everything.")
+            for line in closing_lines(_demo_state(kubectl, kubeconfig, operator, log, name, answer, workdir,
+                                                   own_cluster=cluster is not None)):
+                print(line, flush=True)
             # Not signal.pause(): a signal that lands after Python's last check for signals and before the
             # pause(2) call is handled only by the next one. A short sleep in a loop never misses it.
             while True:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qwen_fleet import versions
+from qwen_fleet_dev import cachelock
 from qwen_fleet_dev.images import LOCAL_REGISTRY, PATH_ENV, write_archive_dir
 from qwen_fleet_dev.python_base import (
     ImageBuildError,
@@ -56,9 +57,10 @@ class EngineImage:
 
 def engine_venv() -> Path:
     """The cached engine venv (built from the lock when missing)."""
-    out = subprocess.run([str(REPO_ROOT / "hack" / "vllm-venv.sh")], capture_output=True, text=True, check=False)
+    # Its progress lines and, on failure, its log's last lines go to stderr as they come; stdout is the python.
+    out = subprocess.run([str(REPO_ROOT / "hack" / "vllm-venv.sh")], stdout=subprocess.PIPE, text=True, check=False)
     if out.returncode != 0:
-        raise EngineImageError(f"hack/vllm-venv.sh failed: {out.stderr.strip()[-2000:]}")
+        raise EngineImageError(f"hack/vllm-venv.sh failed (exit {out.returncode}); its log's last lines are above")
     return Path(out.stdout.strip().splitlines()[-1]).parent.parent
 
 
@@ -74,12 +76,23 @@ def ensure_engine_image() -> EngineImage:
     key = image_key(venv, debian_files())
     tag = f"{LOCAL_REGISTRY}/vllm-cpu:{versions.VLLM}-{key[:12]}"
     archive = cache_root() / f"vllm-cpu-{versions.VLLM}-{key}"
-    if (archive / ".complete").exists():
-        return EngineImage(tag, archive, 0.0)
+
+    def done() -> EngineImage | None:
+        return EngineImage(tag, archive, 0.0) if (archive / ".complete").exists() else None
+
+    # Under the entry's lock (cachelock): a second set-up waits, then finds .complete and reuses the image.
+    return cachelock.cached(f"images/{archive.name}", done, lambda: _build_image(venv, tag, archive))
+
+
+def _build_image(venv: Path, tag: str, archive: Path) -> EngineImage:
+    """Build into ``archive`` (what an interrupted build left there is removed first); .complete comes last."""
     started = time.monotonic()
     shutil.rmtree(archive, ignore_errors=True)
     cache_root().mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="qf-engine-image-", dir=cache_root().parent) as scratch:
+    with cachelock.step("engine-image", f"the vLLM CPU engine image {tag}", "~3-5 min, ~6 GB written",
+                        why="what the fleet's pod runs on the real node", entry=archive.name,
+                        now=lambda: f"{cachelock.size(cachelock.tree_bytes(archive))} written"), \
+            tempfile.TemporaryDirectory(prefix="qf-engine-image-", dir=cache_root().parent) as scratch:
         rootfs = base_rootfs(Path(scratch))
         write_archive_dir(tag, [base_layer(rootfs), venv_layer(venv, VENV_IN_IMAGE)], ENV, archive)
     (archive / ".complete").write_text(tag + "\n")

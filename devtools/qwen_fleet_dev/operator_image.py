@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from qwen_fleet_dev import cachelock
 from qwen_fleet_dev.images import LOCAL_REGISTRY, PATH_ENV, RunConfig, TreeLayer, write_archive_dir
 from qwen_fleet_dev.python_base import (
     BASE_GROUP,
@@ -198,12 +199,22 @@ def ensure_operator_image() -> OperatorImage:
     key = image_key(REPO_ROOT, debs)
     tag = image_tag(key, project_version())
     archive = cache_root() / f"operator-{key}"
-    if (archive / ".complete").exists():
-        return OperatorImage(tag, archive, 0.0)
+
+    def done() -> OperatorImage | None:
+        return OperatorImage(tag, archive, 0.0) if (archive / ".complete").exists() else None
+
+    # Under the entry's lock (cachelock): a second set-up waits, then finds .complete and reuses the image.
+    return cachelock.cached(f"images/operator-{key}", done, lambda: _build_image(python, tag, archive))
+
+
+def _build_image(python: Path, tag: str, archive: Path) -> OperatorImage:
+    """Build into ``archive`` (what an interrupted build left there is removed first); .complete comes last."""
     started = time.monotonic()
     shutil.rmtree(archive, ignore_errors=True)
     cache_root().mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="qf-operator-image-", dir=cache_root().parent) as scratch_dir:
+    with cachelock.step("operator-image", f"the operator image {tag}", "about a minute (pip, apt)",
+                        why="the chart's operator pod on the real node", entry=archive.name), \
+            tempfile.TemporaryDirectory(prefix="qf-operator-image-", dir=cache_root().parent) as scratch_dir:
         scratch = Path(scratch_dir)
         rootfs = base_rootfs(scratch)
         users = scratch / "users"
