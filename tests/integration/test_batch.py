@@ -107,8 +107,11 @@ def test_a_batch_waits_for_its_fleet_then_its_job_runs_and_completes(
     fleet.thread.start()
     try:
         sink = ConfigMapSink(api, ns, "answers")
-        run_batch(Settings(endpoint=fleet.url, retry_base_seconds=0.0, report_seconds=3600), lambda: lines, sink,
-                  read_done(*sink.existing()), report=lambda st: report_status(api, ns, name, st))
+        try:
+            run_batch(Settings(endpoint=fleet.url, retry_base_seconds=0.0, report_seconds=3600), lambda: lines,
+                      sink, read_done(*sink.existing()), report=lambda st: report_status(api, ns, name, st))
+        finally:
+            sink.close()  # the last write, as batch-run does on its way out
     finally:
         fleet.server.shutdown()
     data = (get(cluster, "configmap", "answers", ns) or {})["data"]
@@ -157,7 +160,8 @@ def test_a_batch_whose_pod_no_node_takes_is_pending_with_the_scheduler_s_words(
     apply(cluster, ns, {"apiVersion": "qwenfleet.io/v1alpha1", "kind": "QwenInference", "metadata": {"name": "qwen"},
                         "spec": {"model": {"name": "Qwen/Qwen3-4B-Instruct-2507"}, "engine": {"maxModelLen": 4096},
                                  "gpu": {"product": "NVIDIA-A10G"}}})
-    apply(cluster, ns, _batch(name, {"fleetRef": {"name": "qwen"}, "input": {"url": "https://example.invalid/a.jsonl"},
+    apply(cluster, ns, _batch(name, {"fleetRef": {"name": "qwen"},
+                                     "input": {"url": "https://example.invalid/a.jsonl", "maxBytes": 1_000_000},
                                      "output": {"configMap": {"name": "answers"}},
                                      "scheduling": {"nodeSelector": {"qwenfleet.io/pool": "none-has-this"}}}))
 

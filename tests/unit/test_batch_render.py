@@ -54,8 +54,8 @@ def test_input_and_output_on_the_same_claim_share_one_volume() -> None:
 
 
 def test_url_input_and_configmap_output() -> None:
-    batch = _batch({"input": {"configMap": None, "url": "https://h/x.jsonl"},
-                    "output": {"pvc": None, "configMap": {"name": "out"}}})
+    batch = _batch({"input": {"configMap": None, "url": "https://h/x.jsonl", "maxBytes": 1_000_000, "maxLines": 900},
+                    "output": {"pvc": None, "configMap": {"name": "out", "flushSeconds": 7}}})
     children = render_batch_children(batch, RUNNER, ENGINE)
     assert [c["kind"] for c in children] == ["ConfigMap", "ServiceAccount", "Role", "RoleBinding", "Job"]
     output = children[0]
@@ -63,6 +63,7 @@ def test_url_input_and_configmap_output() -> None:
     assert "data" not in output  # the runner owns the keys
     args = _args(children[-1]["spec"]["template"]["spec"]["containers"][0]["command"])
     assert args.input_url == "https://h/x.jsonl" and args.output_configmap == "out"
+    assert (args.max_input_bytes, args.max_input_lines, args.flush_seconds) == (1_000_000, 900, 7.0)
 
 
 def test_runner_rbac_is_its_batch_status_and_its_output_only() -> None:
@@ -150,3 +151,9 @@ def test_dedicated_with_a_kueue_queue_is_created_suspended_and_labelled() -> Non
 
 def test_offline_render_has_no_owner() -> None:
     assert "ownerReferences" not in render_job(_batch(uid=None), RUNNER, ENGINE)["metadata"]
+
+
+def test_default_input_bounds_reach_the_runner() -> None:
+    args = _args(render_job(_batch(), RUNNER, ENGINE)["spec"]["template"]["spec"]["containers"][0]["command"])
+    assert (args.max_input_bytes, args.max_input_lines) == (1 << 30, 1_000_000)
+

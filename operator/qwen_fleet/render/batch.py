@@ -78,12 +78,13 @@ def _volumes(batch: QwenBatch) -> tuple[list[dict[str, Any]], list[dict[str, Any
         input_args = ["--input", f"{INPUT_MOUNT}/{src.pvc.path}"]
     else:
         input_args = ["--input-url", str(src.url)]
+    input_args += ["--max-input-bytes", str(src.max_bytes), "--max-input-lines", str(src.max_lines)]
     if dst.pvc is not None:
         mounts.append({"name": claim(dst.pvc.claim_name), "mountPath": OUTPUT_MOUNT})
         output_args = ["--output-dir", f"{OUTPUT_MOUNT}/{dst.pvc.path}"]
     else:
         assert dst.config_map is not None
-        output_args = ["--output-configmap", dst.config_map.name]
+        output_args = ["--output-configmap", dst.config_map.name, "--flush-seconds", str(dst.config_map.flush_seconds)]
     return volumes, mounts, input_args, output_args
 
 
