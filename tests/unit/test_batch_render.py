@@ -157,3 +157,8 @@ def test_default_input_bounds_reach_the_runner() -> None:
     args = _args(render_job(_batch(), RUNNER, ENGINE)["spec"]["template"]["spec"]["containers"][0]["command"])
     assert (args.max_input_bytes, args.max_input_lines) == (1 << 30, 1_000_000)
 
+
+
+def test_the_job_replaces_a_pod_only_once_it_has_stopped_one_writer_at_a_time() -> None:
+    for batch in (_batch(), _batch({"fleetRef": None, "dedicated": {"model": "Qwen/Qwen3-0.6B"}})):
+        assert render_job(batch, RUNNER, ENGINE)["spec"]["podReplacementPolicy"] == "Failed"

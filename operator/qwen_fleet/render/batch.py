@@ -212,7 +212,9 @@ def render_job(batch: QwenBatch, runner_image: str, engine_image: str, fleet_por
         else _dedicated_pod(batch, runner_image, engine_image)
     pod.update(_placement(batch))
     pod.update({"restartPolicy": "Never", "serviceAccountName": runner_name(batch), "enableServiceLinks": False})
-    job_spec: dict[str, Any] = {"backoffLimit": spec.backoff_limit,
+    # podReplacementPolicy Failed: the Job starts a replacement pod only once the old one has really stopped
+    # (phase Failed), not while it is still terminating: one writer of the output at a time.
+    job_spec: dict[str, Any] = {"backoffLimit": spec.backoff_limit, "podReplacementPolicy": "Failed",
                                 "template": {"metadata": {"labels": dict(labels)}, "spec": pod}}
     if spec.active_deadline_seconds is not None:
         job_spec["activeDeadlineSeconds"] = spec.active_deadline_seconds
