@@ -6,7 +6,7 @@ by ``flush`` (to the kernel: a killed process loses nothing flushed; a node that
 page cache, and a torn last line is cut off on resume, lines.complete_lines).
 
 A ConfigMap is applied whole, both keys (server-side apply drops a key its manager stops sending), so writing it
-after every record would cost the apiserver and etcd the square of the output: 1,500 records of ~100 bytes were
+after every record would cost the apiserver and etcd the square of the output: 1,500 records were
 368 MB of etcd storage. It is written instead when ``FlushPolicy.due`` says so: at most every ``seconds``, only
 once the records waiting add at least ``growth`` of what is already written (so each write is at least
 ``1 + growth`` times the last, and all writes together at most ``(1 + growth) / growth`` times the final size,
