@@ -205,3 +205,36 @@ def test_redact_urls_in_free_text() -> None:
             "(see http://docs.example/x)")
     assert redact_urls(text) == ("qwen-fleet batch-run: cannot read the input https://***@h.example/in.jsonl?...: "
                                  "HTTP Error 403 (see http://docs.example/x)")
+
+
+def test_sigterm_writes_the_waiting_records_before_the_runner_exits(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.unit.test_batch_runner import FakeFleet, FakeKube
+
+    fleet, kube = FakeFleet(hold=100), FakeKube()  # the fleet holds every request (up to 10 s): a pod mid-batch
+    fleet.thread.start()
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(f"not json {i}\n" for i in range(5)) + _line("q1"))
+    proc = subprocess.Popen([sys.executable, "-m", "qwen_fleet.cli", "batch-run", "--input", str(src),
+                             "--output-configmap", "out", "--batch", "ns/b", "--kube-api", kube.url,
+                             "--endpoint", fleet.url, "--flush-seconds", "3600", "--report-seconds", "3600"],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not fleet.seen and time.monotonic() < deadline:  # the 5 malformed lines' records now wait
+            time.sleep(0.05)
+        assert fleet.seen, "the runner never sent its line"
+        assert "errors.jsonl" not in kube.configmap["data"]  # nothing written yet (flush-seconds 3600)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(30)
+    finally:
+        proc.kill()
+        fleet.server.shutdown()
+        kube.server.shutdown()
+    assert code == 143, proc.stderr.read() if proc.stderr else ""
+    assert [json.loads(x)["line"] for x in kube.configmap["data"]["errors.jsonl"].splitlines()] == [1, 2, 3, 4, 5]
+    assert kube.configmap["data"]["output.jsonl"] == ""  # the line in flight is sent again by the next pod
