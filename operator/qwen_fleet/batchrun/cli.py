@@ -27,7 +27,7 @@ from typing import Any
 
 from qwen_fleet.batchrun.kube import KubeApi, KubeCallFailed, report_status
 from qwen_fleet.batchrun.lines import dumps, invalid, parse_lines, read_done
-from qwen_fleet.batchrun.redact import redact_url
+from qwen_fleet.batchrun.redact import redact_url, redact_urls
 from qwen_fleet.batchrun.runner import Report, Settings, run_batch
 from qwen_fleet.batchrun.sinks import ConfigMapSink, DirectorySink, FlushPolicy, Sink, SinkFull
 
@@ -111,7 +111,7 @@ def _input_file(args: argparse.Namespace) -> Path:
     except InputTooLarge as err:
         raise Usage(f"the input {where} is refused: {err}; split it into several QwenBatches") from None
     except (OSError, ValueError) as err:  # ValueError: a bad URL, or bytes that are not UTF-8
-        said = str(err).replace(args.input_url, where) if args.input_url else str(err)
+        said = redact_urls(str(err).replace(args.input_url, where) if args.input_url else str(err))  # a redirect's
         raise Usage(f"cannot read the input {where}: {said}") from None
 
 
