@@ -23,11 +23,12 @@ from typing import Any
 
 import pytest
 
-from qwen_fleet.api.batch import IMMUTABLE_SPEC_MESSAGE
+from qwen_fleet.api.batch import IMMUTABLE_SPEC_MESSAGE, QwenBatch
 from qwen_fleet.batchrun.kube import KubeApi, KubeCallFailed, report_status
 from qwen_fleet.batchrun.lines import read_done
 from qwen_fleet.batchrun.runner import Settings, run_batch
 from qwen_fleet.batchrun.sinks import ConfigMapSink
+from qwen_fleet.render.batch import render_job
 from qwen_fleet_dev.cluster import LocalCluster
 from tests.invalid_batch_specs import BATCH_BASE, BATCH_CASES
 from tests.invalid_specs import Case
@@ -97,6 +98,7 @@ def test_a_batch_waits_for_its_fleet_then_its_job_runs_and_completes(
     job = wait_until("the batch's Job", lambda: get(cluster, "job", f"{name}-batch", ns), 60)
     command = job["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command[command.index("--endpoint") + 1] == f"http://qwen.{ns}.svc:8000"
+    assert job["spec"]["podReplacementPolicy"] == "Failed"  # kept by the apiserver: one writer at a time
     role = get(cluster, "role", f"{name}-batch-runner", ns)
     assert role is not None and {r["resources"][0] for r in role["rules"]} == {"qwenbatches/status", "configmaps"}
     assert get(cluster, "configmap", "answers", ns) is not None
@@ -107,8 +109,11 @@ def test_a_batch_waits_for_its_fleet_then_its_job_runs_and_completes(
     fleet.thread.start()
     try:
         sink = ConfigMapSink(api, ns, "answers")
-        run_batch(Settings(endpoint=fleet.url, retry_base_seconds=0.0, report_seconds=3600), lambda: lines, sink,
-                  read_done(*sink.existing()), report=lambda st: report_status(api, ns, name, st))
+        try:
+            run_batch(Settings(endpoint=fleet.url, retry_base_seconds=0.0, report_seconds=3600), lambda: lines,
+                      sink, read_done(*sink.existing()), report=lambda st: report_status(api, ns, name, st))
+        finally:
+            sink.close()  # the last write, as batch-run does on its way out
     finally:
         fleet.server.shutdown()
     data = (get(cluster, "configmap", "answers", ns) or {})["data"]
@@ -157,7 +162,8 @@ def test_a_batch_whose_pod_no_node_takes_is_pending_with_the_scheduler_s_words(
     apply(cluster, ns, {"apiVersion": "qwenfleet.io/v1alpha1", "kind": "QwenInference", "metadata": {"name": "qwen"},
                         "spec": {"model": {"name": "Qwen/Qwen3-4B-Instruct-2507"}, "engine": {"maxModelLen": 4096},
                                  "gpu": {"product": "NVIDIA-A10G"}}})
-    apply(cluster, ns, _batch(name, {"fleetRef": {"name": "qwen"}, "input": {"url": "https://example.invalid/a.jsonl"},
+    apply(cluster, ns, _batch(name, {"fleetRef": {"name": "qwen"},
+                                     "input": {"url": "https://example.invalid/a.jsonl", "maxBytes": 1_000_000},
                                      "output": {"configMap": {"name": "answers"}},
                                      "scheduling": {"nodeSelector": {"qwenfleet.io/pool": "none-has-this"}}}))
 
@@ -176,3 +182,30 @@ def test_a_batch_whose_pod_no_node_takes_is_pending_with_the_scheduler_s_words(
     assert event[0]["type"] == "Warning" and "didn't match" in event[0]["message"]
     table = cluster.kubectl("get", "qwb", name, "-n", ns).stdout.split()
     assert table[table.index(name) + 1] == "Pending"
+
+
+def test_both_batch_pods_are_admitted_by_pod_security_restricted(cluster: LocalCluster, namespace: str) -> None:
+    """The apiserver's own PodSecurity admission, the oracle: the rendered pods, created (dry-run) in a namespace
+    that enforces restricted, are admitted; the same pod without its securityContext is refused."""
+    ns = namespace
+    cluster.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
+    specs = {"fleet": {"fleetRef": {"name": "qwen"}, "input": {"configMap": {"name": "p"}},
+                       "output": {"configMap": {"name": "a"}}},
+             "dedicated": {"dedicated": {"model": "Qwen/Qwen3-0.6B", "modelClaim": {"claimName": "w"}},
+                           "input": {"url": "https://example.invalid/in.jsonl"},
+                           "output": {"pvc": {"claimName": "d", "path": "out"}}}}
+    for mode, spec in specs.items():
+        batch = QwenBatch.model_validate({"metadata": {"name": mode, "namespace": ns}, "spec": spec})
+        pod_spec = render_job(batch, "runner:test", "engine:test")["spec"]["template"]["spec"]
+        pod_spec.pop("serviceAccountName")  # made by the operator with the Job; not what is under test here
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": mode}, "spec": pod_spec}
+        admitted = cluster.kubectl("create", "--dry-run=server", "-n", ns, "-f", "-", check=False,
+                                   input=json.dumps(pod))
+        assert admitted.returncode == 0 and "Warning" not in admitted.stderr, (mode, admitted.stderr)
+        bare = json.loads(json.dumps(pod))
+        bare["spec"].pop("securityContext")
+        for c in [*bare["spec"].get("initContainers", []), *bare["spec"]["containers"]]:
+            c.pop("securityContext")
+        refused = cluster.kubectl("create", "--dry-run=server", "-n", ns, "-f", "-", check=False,
+                                  input=json.dumps(bare))
+        assert refused.returncode != 0 and 'violates PodSecurity "restricted' in refused.stderr, refused.stderr

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,9 +77,13 @@ def _mounts(container: dict[str, Any], volumes: dict[str, Path]) -> list[tuple[s
 
 
 def _rewrite(value: str, mounts: list[tuple[str, str]]) -> str:
-    for mount_path, local in mounts:
-        value = value.replace(mount_path, local)
-    return value
+    """One pass, longest mountPath first, each only as a whole path (followed by '/', a space, a quote or the end):
+    a local stand-in under /tmp is never rewritten again by the engine's /tmp mount."""
+    if not mounts:
+        return value
+    table = dict(mounts)
+    pattern = "|".join(re.escape(path) for path, _ in mounts)
+    return re.sub(f"({pattern})(?![^/\\s'\"])", lambda m: table[m.group(1)], value)
 
 
 def _env(container: dict[str, Any], mounts: list[tuple[str, str]], base: dict[str, str]) -> dict[str, str]:
@@ -155,6 +161,8 @@ def run_dedicated_pod(job: dict[str, Any], volumes: dict[str, Path], python: str
             or progress.get("restartPolicy") != "Always":
         raise ValueError("not the dedicated Job's layout (stage, progress sidecar, vllm)")
     volumes["work"].mkdir(parents=True, exist_ok=True)
+    for scratch in ("home", "tmp"):  # the engine's emptyDirs (a non-root user's HOME and /tmp): new per pod
+        volumes.setdefault(scratch, Path(tempfile.mkdtemp(prefix=f"{scratch}-", dir=volumes["work"])))
     proc = start(runner_step(stage, volumes), log)
     try:
         stage_code = proc.wait(300)

@@ -10,6 +10,7 @@ from qwen_fleet.cli import build_parser
 from qwen_fleet.render.batch import KUEUE_QUEUE_LABEL, render_batch_children, render_job, render_runner_rbac
 from tests.invalid_batch_specs import BATCH_BASE
 from tests.invalid_specs import merged
+from tests.support.pss import restricted_violations
 
 RUNNER, ENGINE = "ghcr.io/qwen-fleet/operator:9.9.9", "vllm/vllm-openai:v0.32.0"
 
@@ -54,8 +55,8 @@ def test_input_and_output_on_the_same_claim_share_one_volume() -> None:
 
 
 def test_url_input_and_configmap_output() -> None:
-    batch = _batch({"input": {"configMap": None, "url": "https://h/x.jsonl"},
-                    "output": {"pvc": None, "configMap": {"name": "out"}}})
+    batch = _batch({"input": {"configMap": None, "url": "https://h/x.jsonl", "maxBytes": 1_000_000, "maxLines": 900},
+                    "output": {"pvc": None, "configMap": {"name": "out", "flushSeconds": 7}}})
     children = render_batch_children(batch, RUNNER, ENGINE)
     assert [c["kind"] for c in children] == ["ConfigMap", "ServiceAccount", "Role", "RoleBinding", "Job"]
     output = children[0]
@@ -63,6 +64,7 @@ def test_url_input_and_configmap_output() -> None:
     assert "data" not in output  # the runner owns the keys
     args = _args(children[-1]["spec"]["template"]["spec"]["containers"][0]["command"])
     assert args.input_url == "https://h/x.jsonl" and args.output_configmap == "out"
+    assert (args.max_input_bytes, args.max_input_lines, args.flush_seconds) == (1_000_000, 900, 7.0)
 
 
 def test_runner_rbac_is_its_batch_status_and_its_output_only() -> None:
@@ -111,7 +113,7 @@ def test_dedicated_reads_the_weights_from_a_claim_under_the_specs_name_on_cpu() 
     # The spec's env replaces a default of the same name and adds the rest, once each.
     env = {e["name"]: e["value"] for e in engine["env"]}
     assert env == {"HF_HOME": "/elsewhere", "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_OFFLINE": "1",
-                   "VLLM_CPU_KVCACHE_SPACE": "1"}
+                   "VLLM_CPU_KVCACHE_SPACE": "1", "HOME": "/home/vllm"}
     assert len(engine["env"]) == len(env)
     # No GPU: no GPU limit, no GPU toleration; CPU as asked, memory as asked plus the memory-backed /dev/shm
     # (1Gi for one device or none: vLLM's engine core needs more than a container's default 64 MiB).
@@ -150,3 +152,33 @@ def test_dedicated_with_a_kueue_queue_is_created_suspended_and_labelled() -> Non
 
 def test_offline_render_has_no_owner() -> None:
     assert "ownerReferences" not in render_job(_batch(uid=None), RUNNER, ENGINE)["metadata"]
+
+
+def test_the_job_replaces_a_pod_only_once_it_has_stopped_one_writer_at_a_time() -> None:
+    for batch in (_batch(), _batch({"fleetRef": None, "dedicated": {"model": "Qwen/Qwen3-0.6B"}})):
+        assert render_job(batch, RUNNER, ENGINE)["spec"]["podReplacementPolicy"] == "Failed"
+
+
+def test_default_input_bounds_reach_the_runner() -> None:
+    args = _args(render_job(_batch(), RUNNER, ENGINE)["spec"]["template"]["spec"]["containers"][0]["command"])
+    assert (args.max_input_bytes, args.max_input_lines) == (1 << 30, 1_000_000)
+
+
+def test_batch_pods_pass_the_restricted_pod_security_standard() -> None:
+    fleet = render_job(_batch(), RUNNER, ENGINE)["spec"]["template"]["spec"]
+    dedicated = render_job(_batch({"fleetRef": None, "dedicated": {"model": "Qwen/Qwen3-0.6B",
+                                                                   "modelClaim": {"claimName": "w", "path": "/m"}}}),
+                           RUNNER, ENGINE)["spec"]["template"]["spec"]
+    assert restricted_violations(fleet) == [] and restricted_violations(dedicated) == []
+    # The users are the images' own (numeric; the operator image's 65532, the engine's 1000), and one user for
+    # the whole dedicated pod: its stage container creates output.jsonl, which the engine appends to.
+    assert fleet["securityContext"]["runAsUser"] == 65532 and dedicated["securityContext"]["runAsUser"] == 1000
+    assert not any("runAsUser" in (c.get("securityContext") or {})
+                   for c in [*dedicated["initContainers"], *dedicated["containers"]])
+    (engine,) = dedicated["containers"]
+    mounts = {m["mountPath"]: m["name"] for m in engine["volumeMounts"]}
+    volumes = {v["name"]: v for v in dedicated["volumes"]}
+    env = {e["name"]: e["value"] for e in engine["env"]}
+    for path in (env["HOME"], "/tmp"):  # a non-root user writes HOME (vLLM's caches) and /tmp on emptyDirs
+        assert "emptyDir" in volumes[mounts[path]], path
+    assert env["HF_HOME"].startswith("/batch/work/") and "emptyDir" in volumes[mounts["/batch/work"]]

@@ -51,6 +51,15 @@ def test_a_failed_jobs_last_pod_message_is_in_the_verdict() -> None:
     assert "cannot read the input https://x: 404" in verdict.message
 
 
+def test_a_url_in_the_last_pod_message_loses_its_credentials_before_status_and_events() -> None:
+    job = _job([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}])
+    said = ("qwen-fleet batch-run: cannot read the input "
+            "https://u:hunter2@bucket.example/in.jsonl?X-Amz-Signature=deadbeef: HTTP Error 403: Forbidden")
+    verdict = job_verdict(job, "b-batch", {}, said)
+    assert "the input https://***@bucket.example/in.jsonl?...: HTTP Error 403" in verdict.message
+    assert "hunter2" not in verdict.message and "deadbeef" not in verdict.message
+
+
 def test_missing_fleet_is_stalled_with_its_reason() -> None:
     verdict = fleet_problem(None, "qwen")
     assert verdict is not None and (verdict.state, verdict.reason) == ("Stalled", "FleetNotFound")

@@ -28,6 +28,7 @@ from qwen_fleet.api.base import (
 from qwen_fleet.api.engine import EnvVar, PvcSource
 from qwen_fleet.api.fleet import LabelValue, Toleration
 from qwen_fleet.api.resource import NAME_FORMAT_RULE, Condition
+from qwen_fleet.batchrun.sinks import CONFIGMAP_LIMIT, FlushPolicy
 
 BATCH_KIND = "QwenBatch"
 BATCH_PLURAL = "qwenbatches"
@@ -43,6 +44,12 @@ RELATIVE_PATH = r"^[A-Za-z0-9._+=@:-]+(/[A-Za-z0-9._+=@:-]+)*$"
 CONFIGMAP_KEY = r"^[-._a-zA-Z0-9]+$"
 # The Job's pod template cannot change, and a batch half done with one spec and half with another has no
 # meaning: a different batch is a new QwenBatch (pointed at the same output, it resumes).
+# The runner keeps every custom_id of the input in memory and reads the input twice: bound it by default.
+DEFAULT_MAX_INPUT_BYTES = 1 << 30
+DEFAULT_MAX_INPUT_LINES = 1_000_000
+CONFIGMAP_OUTPUT_MESSAGE = (f"output.configMap holds at most {CONFIGMAP_LIMIT} bytes and the answers of an input "
+                            "larger than that cannot fit: use output.pvc, or (for an input from a url or pvc) set "
+                            f"input.maxBytes to at most {CONFIGMAP_LIMIT}")
 IMMUTABLE_SPEC_MESSAGE = ("spec is immutable: delete the QwenBatch and create it again (with the same output it "
                           "resumes where it stopped)")
 
@@ -85,13 +92,23 @@ class BatchInput(ApiModel, rules=[_exactly_one(("configMap", "pvc", "url"), "inp
     config_map: ConfigMapSource | None = Field(default=None, description="A ConfigMap key (up to ~1 MiB).")
     pvc: PvcFile | None = Field(default=None, description="A file on a claim.")
     url: str | None = Field(default=None, max_length=2048, pattern=r"^https?://[^\s]+$",
-                            description="An http(s) URL the Job downloads the JSONL from.")
+                            description="An http(s) URL the Job downloads the JSONL from. Status, Events and "
+                            "logs name it without its query string and credentials.")
+    max_bytes: int = Field(default=DEFAULT_MAX_INPUT_BYTES, ge=1, le=1 << 40, description="The largest input "
+                           "accepted, in bytes (default 1 GiB): a larger one fails the batch with that reason, "
+                           "and a download stops there.")
+    max_lines: int = Field(default=DEFAULT_MAX_INPUT_LINES, ge=1, le=100_000_000, description="The most lines "
+                           "accepted (default 1,000,000): the runner keeps each line's custom_id in memory.")
 
 
 class ConfigMapSink(ApiModel):
     name: str = Field(max_length=253, pattern=DNS_SUBDOMAIN, description="ConfigMap the Job writes: keys "
                       "output.jsonl and errors.jsonl. Created if missing; it is not deleted with the batch. "
                       "A ConfigMap holds at most 1 MiB: use a claim for more.")
+    flush_seconds: int = Field(default=int(FlushPolicy.seconds), ge=1, le=300, description="At most one write "
+                               "of the ConfigMap per this many seconds (and one at the end); a write also waits "
+                               "until the new records add a quarter to what is written, so all writes together "
+                               "stay within a few times the final size.")
 
 
 class PvcDirectory(ApiModel, rules=[_PATH_RULE]):
@@ -165,6 +182,10 @@ class QwenBatchSpec(ApiModel, rules=[
     Rule(cel="!has(self.dedicated) || has(self.output.pvc)",
          check=lambda s: s.dedicated is None or s.output.pvc is not None,
          message="dedicated mode needs output.pvc: vllm run-batch writes files, not ConfigMaps"),
+    Rule(cel=f"!has(self.output.configMap) || has(self.input.configMap) || self.input.maxBytes <= {CONFIGMAP_LIMIT}",
+         check=lambda s: s.output.config_map is None or s.input.config_map is not None
+         or s.input.max_bytes <= CONFIGMAP_LIMIT,
+         message=CONFIGMAP_OUTPUT_MESSAGE),
 ]):
     """Desired state of one batch."""
 

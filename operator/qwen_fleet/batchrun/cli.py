@@ -15,7 +15,6 @@ import argparse
 import json
 import logging
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -28,11 +27,15 @@ from typing import Any
 
 from qwen_fleet.batchrun.kube import KubeApi, KubeCallFailed, report_status
 from qwen_fleet.batchrun.lines import dumps, invalid, parse_lines, read_done
+from qwen_fleet.batchrun.redact import redact_url, redact_urls
 from qwen_fleet.batchrun.runner import Report, Settings, run_batch
-from qwen_fleet.batchrun.sinks import ConfigMapSink, DirectorySink, Sink, SinkFull
+from qwen_fleet.batchrun.sinks import ConfigMapSink, DirectorySink, FlushPolicy, Sink, SinkFull
 
 log = logging.getLogger("qwen_fleet.batchrun")
 STAGE_SUMMARY = "stage.json"
+# The spec's defaults (api/batch.py BatchInput.maxBytes / maxLines): the runner keeps every custom_id in memory.
+DEFAULT_MAX_INPUT_BYTES = 1 << 30
+DEFAULT_MAX_INPUT_LINES = 1_000_000
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -51,6 +54,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--report-seconds", type=float, default=5.0)
     p.add_argument("--batch", help="NAMESPACE/NAME of the QwenBatch whose status gets the progress")
     p.add_argument("--kube-api", help="API server URL (default: the pod's in-cluster API)")
+    p.add_argument("--flush-seconds", type=float, default=FlushPolicy.seconds,
+                   help="ConfigMap output: at most one write per this many seconds, and one at the end")
+    p.add_argument("--max-writes", type=int, default=FlushPolicy.max_writes,
+                   help="ConfigMap output: at most this many writes a run, the last included")
+    p.add_argument("--max-input-bytes", type=int, default=DEFAULT_MAX_INPUT_BYTES,
+                   help="refuse (exit 2) an input larger than this")
+    p.add_argument("--max-input-lines", type=int, default=DEFAULT_MAX_INPUT_LINES,
+                   help="refuse (exit 2) an input of more lines than this")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--stage", help="dedicated mode: write the lines still to do to this file and stop")
     mode.add_argument("--follow", metavar="STAGED", help="dedicated mode: report the output's counts until "
@@ -61,22 +72,47 @@ class Usage(Exception):
     """Arguments or input that no retry can fix: exit 2."""
 
 
+class InputTooLarge(Exception):
+    """The input passes --max-input-bytes or --max-input-lines."""
+
+
+def _copy_bounded(src: Any, dst: Any, limit: int) -> None:
+    copied = 0
+    while chunk := src.read(1 << 16):
+        copied += len(chunk)
+        if copied > limit:
+            raise InputTooLarge(f"it is larger than {limit} bytes (spec.input.maxBytes)")
+        dst.write(chunk)
+
+
 def _input_file(args: argparse.Namespace) -> Path:
-    """The input as a local file: a URL is downloaded first (to $TMPDIR; the Job points it at its emptyDir)."""
+    """The input as a local file: a URL is downloaded first (to $TMPDIR; the Job points it at its emptyDir), never
+    past --max-input-bytes. Errors name the URL without its query string or credentials (a presigned URL's)."""
+    where = redact_url(args.input_url) if args.input_url else args.input
     try:
         if args.input_url:
             fd, name = tempfile.mkstemp(prefix="input-", suffix=".jsonl")
-            with urllib.request.urlopen(args.input_url, timeout=300) as resp, os.fdopen(fd, "wb") as out:
-                shutil.copyfileobj(resp, out)
             path = Path(name)
+            try:
+                with urllib.request.urlopen(args.input_url, timeout=300) as resp, os.fdopen(fd, "wb") as out:
+                    _copy_bounded(resp, out, args.max_input_bytes)
+            except BaseException:
+                path.unlink(missing_ok=True)  # a partial download is no input, and fills the emptyDir
+                raise
         else:
             path = Path(args.input)
+            if path.stat().st_size > args.max_input_bytes:
+                raise InputTooLarge(f"it is larger than {args.max_input_bytes} bytes (spec.input.maxBytes)")
         with path.open(encoding="utf-8") as f:  # readable, and UTF-8 throughout: else no line is sent
-            for _ in f:
-                pass
+            for count, _ in enumerate(f, start=1):
+                if count > args.max_input_lines:
+                    raise InputTooLarge(f"it has more than {args.max_input_lines} lines (spec.input.maxLines)")
         return path
+    except InputTooLarge as err:
+        raise Usage(f"the input {where} is refused: {err}; split it into several QwenBatches") from None
     except (OSError, ValueError) as err:  # ValueError: a bad URL, or bytes that are not UTF-8
-        raise Usage(f"cannot read the input {args.input_url or args.input}: {err}") from None
+        said = redact_urls(str(err).replace(args.input_url, where) if args.input_url else str(err))  # a redirect's
+        raise Usage(f"cannot read the input {where}: {said}") from None
 
 
 def _lines_of(path: Path) -> Callable[[], Iterator[str]]:
@@ -112,7 +148,8 @@ def _sink(args: argparse.Namespace) -> Sink:
     if args.output_dir:
         return DirectorySink(Path(args.output_dir))
     namespace, _ = _batch(args)
-    return ConfigMapSink(_kube(args), namespace, args.output_configmap)
+    policy = FlushPolicy(seconds=max(0.0, args.flush_seconds), max_writes=max(1, args.max_writes))
+    return ConfigMapSink(_kube(args), namespace, args.output_configmap, policy)
 
 
 def _stage(args: argparse.Namespace, report: Report | None) -> None:
@@ -183,10 +220,13 @@ def batch_run_command(args: argparse.Namespace, stop: threading.Event | None = N
                             priority=args.priority, max_retries=max(0, args.max_retries), timeout=args.timeout,
                             retry_base_seconds=args.retry_base_seconds, report_seconds=args.report_seconds)
         sink = _sink(args)
+        previous = _close_on_sigterm(sink)
         try:
             progress = run_batch(settings, _lines_of(_input_file(args)), sink, read_done(*sink.existing()), report)
         finally:
             sink.close()
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
         log.info("done: %d completed, %d failed of %d", progress.completed, progress.failed, progress.total)
         return 0
     except Usage as err:
@@ -195,6 +235,26 @@ def batch_run_command(args: argparse.Namespace, stop: threading.Event | None = N
     except (SinkFull, KubeCallFailed, OSError) as err:
         print(f"qwen-fleet batch-run: cannot write the output: {err}", file=sys.stderr)
         return 3
+
+
+def _close_on_sigterm(sink: Sink) -> Any:
+    """A pod being stopped (deleted, evicted, drained) gets SIGTERM before SIGKILL: write the records that wait
+    (a ConfigMap's), then exit 143, rather than have the next pod send their lines again. Returns the handler it
+    replaced (None off the main thread, where none can be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def close_and_exit() -> None:
+        try:
+            sink.close()
+        except Exception as err:  # the next pod sends those lines again: nothing is lost
+            log.warning("could not write the output on SIGTERM: %s", err)
+        os._exit(143)
+
+    def handler(*_: Any) -> None:  # the main thread may hold the sink's lock: write from another thread
+        threading.Thread(target=close_and_exit, name="batch-sigterm", daemon=True).start()
+
+    return signal.signal(signal.SIGTERM, handler)
 
 
 def _stop_on_sigterm() -> threading.Event:

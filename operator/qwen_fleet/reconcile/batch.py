@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from qwen_fleet.batchrun.redact import redact_urls
 from qwen_fleet.reconcile.prefetch import job_condition
 from qwen_fleet.reconcile.status import WAITING_TROUBLE, condition
 
@@ -68,7 +69,8 @@ def job_verdict(job: Mapping[str, Any] | None, job_name: str, counts: Mapping[st
     failed = job_condition(job, "Failed")
     if failed is not None:
         why = str(failed.get("message") or failed.get("reason") or "")
-        last = f"; its last pod said: {pod_message.strip()[-1500:]}" if pod_message.strip() else ""
+        said = redact_urls(pod_message.strip())  # an input URL's credentials stay out of status and Events
+        last = f"; its last pod said: {said[-1500:]}" if said else ""
         return Verdict("Failed", str(failed.get("reason") or "JobFailed"), f"Job {job_name} failed ({why}){last}; "
                        f"{done}. Lines already written are kept: fix the cause, delete and recreate the "
                        "QwenBatch to resume")

@@ -26,6 +26,13 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 INPUT_MOUNT, OUTPUT_MOUNT, WORK_MOUNT = "/batch/input", "/batch/output", "/batch/work"
 STAGED = f"{WORK_MOUNT}/pending.jsonl"
 RESULT = f"{WORK_MOUNT}/result.jsonl"
+# The users the pods run as (Pod Security Standard `restricted`: non-root, by number). Through a fleet the runner
+# runs as the operator image's own user (images/operator/Dockerfile, 65532). Dedicated, every container runs as the
+# engine image's user, 1000 (images/vllm: HOME, the HF cache and /tmp on emptyDirs), the runner's too: the stage
+# container creates output.jsonl on the claim and the engine appends to it, so both must be one user.
+RUNNER_UID = 65532
+ENGINE_UID = 1000
+HOME_MOUNT, TMP_MOUNT = "/home/vllm", "/tmp"
 # Appends argv[1] to argv[2] (what `cat a >> b` does), in one call.
 APPEND = "import shutil, sys; shutil.copyfileobj(open(sys.argv[1], 'rb'), open(sys.argv[2], 'ab'))"
 
@@ -78,22 +85,35 @@ def _volumes(batch: QwenBatch) -> tuple[list[dict[str, Any]], list[dict[str, Any
         input_args = ["--input", f"{INPUT_MOUNT}/{src.pvc.path}"]
     else:
         input_args = ["--input-url", str(src.url)]
+    input_args += ["--max-input-bytes", str(src.max_bytes), "--max-input-lines", str(src.max_lines)]
     if dst.pvc is not None:
         mounts.append({"name": claim(dst.pvc.claim_name), "mountPath": OUTPUT_MOUNT})
         output_args = ["--output-dir", f"{OUTPUT_MOUNT}/{dst.pvc.path}"]
     else:
         assert dst.config_map is not None
-        output_args = ["--output-configmap", dst.config_map.name]
+        output_args = ["--output-configmap", dst.config_map.name, "--flush-seconds", str(dst.config_map.flush_seconds)]
     return volumes, mounts, input_args, output_args
 
 
 def _runner(batch: QwenBatch, image: str, name: str, args: list[str], mounts: list[dict[str, Any]]) -> dict[str, Any]:
     return {"name": name, "image": image, "imagePullPolicy": "IfNotPresent",
             "command": ["qwen-fleet", "batch-run", *args, "--batch", f"{batch.namespace}/{batch.name}"],
-            "volumeMounts": mounts, "securityContext": {"allowPrivilegeEscalation": False},
+            "volumeMounts": mounts, "securityContext": container_security(),
             "env": [{"name": "TMPDIR", "value": WORK_MOUNT}],  # a downloaded input lands on the emptyDir
             "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}},
             "terminationMessagePolicy": "FallbackToLogsOnError"}
+
+
+def container_security() -> dict[str, Any]:
+    """What `restricted` asks of every container (the user and seccomp are the pod's, pod_security)."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def pod_security(uid: int) -> dict[str, Any]:
+    """The pod's: non-root by number (a name cannot be checked before the image runs), the runtime's default
+    seccomp profile, and fsGroup so a claim that supports ownership is writable by that user."""
+    return {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid, "fsGroup": uid,
+            "seccompProfile": {"type": "RuntimeDefault"}}
 
 
 def fleet_endpoint(batch: QwenBatch, port: int) -> str:
@@ -107,7 +127,8 @@ def _fleet_pod(batch: QwenBatch, image: str, port: int) -> dict[str, Any]:
     args = [*input_args, *output_args, "--endpoint", fleet_endpoint(batch, port),
             "--concurrency", str(spec.concurrency), "--priority", str(spec.priority),
             "--max-retries", str(spec.max_retries), "--timeout", str(spec.request_timeout_seconds)]
-    return {"containers": [_runner(batch, image, "runner", args, mounts)], "volumes": volumes}
+    return {"containers": [_runner(batch, image, "runner", args, mounts)], "volumes": volumes,
+            "securityContext": pod_security(RUNNER_UID)}
 
 
 def model_claim_path(path: str) -> str:
@@ -162,7 +183,11 @@ def _dedicated_pod(batch: QwenBatch, runner_image: str, engine_image: str) -> di
     volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": q.format_bytes(shm)}})
     if d.gpus:
         limits[d.gpu_resource_name] = d.gpus
-    env = [{"name": "HF_HOME", "value": f"{WORK_MOUNT}/hf"}, {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"}]
+    # A non-root user cannot write the image's /root: HOME (vLLM's compile caches) and /tmp on emptyDirs, the HF
+    # cache on the work emptyDir.
+    volumes += [{"name": "home", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}]
+    env = [{"name": "HF_HOME", "value": f"{WORK_MOUNT}/hf"}, {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+           {"name": "HOME", "value": HOME_MOUNT}]
     if d.model_claim is not None:
         env.append({"name": "HF_HUB_OFFLINE", "value": "1"})  # nothing to download: the weights are on the claim
         volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": d.model_claim.claim_name,
@@ -170,7 +195,8 @@ def _dedicated_pod(batch: QwenBatch, runner_image: str, engine_image: str) -> di
         engine_mounts = [*mounts, {"name": "model", "mountPath": MODEL_MOUNT, "readOnly": d.model_claim.read_only}]
     else:
         engine_mounts = list(mounts)
-    engine_mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    engine_mounts += [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "home", "mountPath": HOME_MOUNT},
+                      {"name": "tmp", "mountPath": TMP_MOUNT}]
     mine = {v.name for v in d.env}
     env = [e for e in env if e["name"] not in mine] + [env_var(v) for v in d.env]
     engine: dict[str, Any] = {
@@ -178,13 +204,14 @@ def _dedicated_pod(batch: QwenBatch, runner_image: str, engine_image: str) -> di
         "command": ["sh", "-c", script, "run-batch", *run_batch_args(batch)],
         "env": env,
         "volumeMounts": engine_mounts, "resources": {"limits": limits, "requests": requests},
-        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": container_security(), "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     stage = _runner(batch, runner_image, "stage", [*input_args, *output_args, "--stage", STAGED], mounts)
     follow = _runner(batch, runner_image, "progress", [*input_args, "--output-dir", out_dir, "--follow", STAGED],
                      mounts)
     follow["restartPolicy"] = "Always"  # a native sidecar: stopped (SIGTERM, a last report) once vllm ends
-    return {"initContainers": [stage, follow], "containers": [engine], "volumes": volumes}
+    return {"initContainers": [stage, follow], "containers": [engine], "volumes": volumes,
+            "securityContext": pod_security(ENGINE_UID)}
 
 
 def _placement(batch: QwenBatch) -> dict[str, Any]:
@@ -211,7 +238,9 @@ def render_job(batch: QwenBatch, runner_image: str, engine_image: str, fleet_por
         else _dedicated_pod(batch, runner_image, engine_image)
     pod.update(_placement(batch))
     pod.update({"restartPolicy": "Never", "serviceAccountName": runner_name(batch), "enableServiceLinks": False})
-    job_spec: dict[str, Any] = {"backoffLimit": spec.backoff_limit,
+    # podReplacementPolicy Failed: the Job starts a replacement pod only once the old one has really stopped
+    # (phase Failed), not while it is still terminating: one writer of the output at a time.
+    job_spec: dict[str, Any] = {"backoffLimit": spec.backoff_limit, "podReplacementPolicy": "Failed",
                                 "template": {"metadata": {"labels": dict(labels)}, "spec": pod}}
     if spec.active_deadline_seconds is not None:
         job_spec["activeDeadlineSeconds"] = spec.active_deadline_seconds
