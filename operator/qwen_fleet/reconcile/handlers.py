@@ -290,7 +290,11 @@ async def _worker(rt: Runtime, index: int) -> None:
             metrics.observe(key, "error", started, None)
             log.exception("%s/%s: reconcile failed (%s); retrying in %.0fs", key[0], key[1], err, delay)
         else:
-            queue.forget(key)
+            if result is not None and result.recheck is not None:
+                queue.retry(key)  # 1, 2, 4 ... s, and never later than the recheck
+                queue.add_after(key, result.recheck)
+            else:
+                queue.forget(key)
             metrics.observe(key, None, started, result, rt.store.resources.get(key))
             if result is not None and (result.applied or result.deleted):
                 log.info("%s/%s: %s", key[0], key[1], "; ".join(result.applied + result.deleted))
