@@ -159,7 +159,9 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
     # official client's (in-cluster credentials or the kubeconfig, like KubeClient).
     on.login(registry=registry)(kopf.login_via_client)
 
-    @on.startup(registry=registry)
+    # A step that fails (the apiserver answering 503 while it starts) is retried by kopf after ``backoff``
+    # seconds (kopf's default: 60), and the retry makes nothing twice.
+    @on.startup(registry=registry, backoff=5)
     async def configure(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
         cfg = rt.config
         _configure_kopf(settings, cfg)
@@ -168,14 +170,14 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         # kopf hands every index to handlers as a keyword argument named after the index.
         rt.store.children_indexes = [kwargs[f"children_{child.plural}"] for child in CHILD_KINDS]
         rt.store.pods_index = kwargs["pods_index"]
-        # Twice the workers: a reconcile sends the requests of a batch together, and Events go out beside them.
-        rt.kube = KubeClient.from_environment(workers=2 * cfg.workers, identity=cfg.identity)
-        rt.events = EventSender(rt.kube.post_event)
-        rt.events.start()
-        rt.controller = Controller(rt.kube, cfg, rt.store, emit=lambda *a: _emit(rt, *a))
-        rt.batches = BatchController(rt.kube, cfg, rt.store.resources.get, emit=lambda *a: _emit(rt, *a))
+        if rt.kube is None or rt.controller is None:
+            # Twice the workers: a reconcile sends the requests of a batch together, and Events go out beside them.
+            rt.kube = KubeClient.from_environment(workers=2 * cfg.workers, identity=cfg.identity)
+            rt.events = EventSender(rt.kube.post_event)
+            rt.events.start()
+            rt.controller = Controller(rt.kube, cfg, rt.store, emit=lambda *a: _emit(rt, *a))
+            rt.batches = BatchController(rt.kube, cfg, rt.store.resources.get, emit=lambda *a: _emit(rt, *a))
         await rt.controller.refresh_capabilities()
-        metrics.start(cfg.metrics_port, rt)
         if cfg.leader_election:
             timings = LeaseTimings(cfg.lease_duration_seconds, cfg.lease_renew_deadline_seconds,
                                    cfg.lease_retry_seconds)

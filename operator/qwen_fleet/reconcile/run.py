@@ -110,6 +110,12 @@ def run_operator(verbose: bool = False) -> int:
 
     registry = kopf.OperatorRegistry()
     runtime = handlers.Runtime(config)
+    from qwen_fleet.reconcile import metrics
+
+    problem = metrics.serve(config.metrics_port, runtime)  # before kopf: a taken port ends the process, once
+    if problem:
+        print(f"qwen-fleet: {problem}", file=sys.stderr)
+        return 2
     runtime.kopf = KopfHandles(registry=registry, insights=Insights())
     handlers.register(registry, runtime)
     kopf.run(
