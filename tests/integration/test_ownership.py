@@ -230,3 +230,32 @@ def test_the_model_cache_claim_survives_the_removal_of_model_cache(
                lambda: _claims(get(cluster, "deployment", "keep", namespace)) == ["keep-model-cache"], 60)
     again = get(cluster, "pvc", "keep-model-cache", namespace)
     assert again is not None and again["metadata"]["uid"] == claim["metadata"]["uid"]
+
+
+def test_a_batch_whose_output_names_someones_configmap_leaves_it_alone(
+        cluster: LocalCluster, operator: OperatorProcess, namespace: str) -> None:
+    """The output ConfigMap a QwenBatch applies (no owner: results outlive the batch) must not be someone's."""
+    theirs = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "results", "labels": dict(THEIRS)},
+              "data": {"keep": "me"}}
+    cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(theirs))
+    before = get(cluster, "configmap", "results", namespace)
+    apply(cluster, namespace, _qwi("qwen", {"model": {"name": MODEL}, "gpu": {"product": "NVIDIA-A10G"}}))
+    since = time.time()
+    apply(cluster, namespace, {"apiVersion": "qwenfleet.io/v1alpha1", "kind": "QwenBatch", "metadata": {"name": "sums"},
+                               "spec": {"input": {"configMap": {"name": "prompts"}},
+                                        "output": {"configMap": {"name": "results"}}, "fleetRef": {"name": "qwen"}}})
+    stalled = wait_until("the batch Stalled ForeignObject", lambda: (
+        c if (c := condition(get(cluster, "qwb", "sums", namespace), "Stalled") or {}).get("reason") == "ForeignObject"
+        else None), 60)
+    assert stalled["status"] == "True" and "ConfigMap/results (owner: no owner)" in stalled["message"], stalled
+    wait_until("a Warning Event ForeignObject", lambda: any(
+        e["type"] == "Warning" and e["reason"] == "ForeignObject" for e in events_for(cluster, namespace, "sums")), 30)
+    after = get(cluster, "configmap", "results", namespace)
+    assert after is not None and before is not None
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert after.get("data") == {"keep": "me"} and not after["metadata"].get("ownerReferences")
+    assert get(cluster, "job", "sums-batch", namespace) is None  # nothing of the batch was made either
+    touched = [w for w in audit_writes(cluster, since) if (w.get("objectRef") or {}).get("namespace") == namespace
+               and (w.get("objectRef") or {}).get("resource") not in ("qwenbatches", "qweninferences", "events")]
+    assert not [w for w in touched if (w.get("objectRef") or {}).get("name") in ("results", "sums-batch",
+                                                                              "sums-batch-runner")], touched
