@@ -45,6 +45,12 @@ def resources(n: int) -> list[dict[str, Any]]:
     # HPA fleets only: autoscaling engine keda needs KEDA's CRD, which the bench cluster does not install (such a
     # fleet would stay Stalled, KedaMissing).
     examples = [doc for doc in examples if (doc["spec"].get("autoscaling") or {}).get("engine", "hpa") == "hpa"]
+    # No spec.routing / spec.pools: their InferencePool, InferenceObjective and HTTPRoute are CRDs the bench cluster
+    # does not install (the bare arm's apply of them is a 404, and the operator would hold such a fleet Stalled,
+    # InferencePoolMissing). Left out rather than installed, as the two filters above: the mix stays the one the
+    # earlier figures were measured on (the length-pools example came after them), and the bare-client limit
+    # keeps measuring fleets' Deployments becoming Available.
+    examples = [doc for doc in examples if "routing" not in doc["spec"] and "pools" not in doc["spec"]]
     docs = []
     for i in range(n):
         doc = json.loads(json.dumps(examples[i % len(examples)]))
@@ -178,7 +184,7 @@ def _writes_by_kind(writes: list[dict[str, Any]], fleets: int) -> dict[str, floa
 
 
 def with_operator(docs: list[dict[str, Any]], workdir: Path, timeout: float, steady_seconds: float,
-                  profile_dir: Path | None = None) -> dict[str, Any]:
+                  profile_dir: Path | None = None, settle_seconds: float = 45) -> dict[str, Any]:
     cluster = cluster_for(docs, workdir)
     cluster.install_crd(ROOT / "crds" / "qwenfleet.io_qweninferences.yaml")
     operator = OperatorProcess(cluster, workdir / "operator.log")
@@ -220,7 +226,7 @@ def with_operator(docs: list[dict[str, Any]], workdir: Path, timeout: float, ste
             out["burst"]["profile"] = profile.summarize((profile_dir / f"burst-n{len(docs)}.txt").read_text())
         # Settle before measuring steady state: HPAs first report their conditions within two sync periods
         # (15 s each) of creation, which is a real status change the operator mirrors once.
-        time.sleep(45)
+        time.sleep(settle_seconds)
         # Events go out behind the reconciles (reconcile/events.py): when the last fleet is Ready, Ready Events of
         # the burst are still queued. Counted again after the settle, the burst's writes are complete.
         settled = audit_writes(cluster, since)

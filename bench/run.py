@@ -45,7 +45,8 @@ def startup(runs: int = 3) -> dict[str, Any]:
                     "binaries"}
 
 
-def fleet(ns: list[int], timeout: float, steady: float, profile_dir: Path | None = None) -> dict[str, Any]:
+def fleet(ns: list[int], timeout: float, steady: float, profile_dir: Path | None = None,
+          settle: float = 45) -> dict[str, Any]:
     from bench import fleet as f
 
     out: dict[str, Any] = {}
@@ -54,7 +55,7 @@ def fleet(ns: list[int], timeout: float, steady: float, profile_dir: Path | None
         with tempfile.TemporaryDirectory() as tmp:
             bare = f.bare_limit(docs, Path(tmp) / "bare", timeout)
         with tempfile.TemporaryDirectory() as tmp:
-            op = f.with_operator(docs, Path(tmp) / "op", timeout, steady, profile_dir)
+            op = f.with_operator(docs, Path(tmp) / "op", timeout, steady, profile_dir, settle)
         ratio = op["burst"]["all_ready_seconds"] / bare["all_available_seconds"]
         out[str(n)] = {"n": n, "gpus": f.gpus_needed(docs), "bare_limit": bare, "operator": op,
                        "burst_ratio_operator_to_limit": round(ratio, 3)}

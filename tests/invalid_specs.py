@@ -432,4 +432,8 @@ CASES: list[Case] = [
     Case("pools-header-upper-case", {"routing": {"poolHeader": "X-Pool"}, "pools": [_pool("a", 4096),
                                                                                     _pool("b", 32768)]},
          "spec.routing.poolHeader: Invalid value", "String should match pattern"),
+    # The claim the operator makes for model.cache is the operator's, never a pvc source (issue 32 item 3).
+    _rule("pvc-source-is-the-operators-cache-claim",
+          {"model": {"source": {"pvc": {"claimName": "bad-model-cache"}}}},
+          "model.source.pvc.claimName must not be <metadata.name>-model-cache"),
 ]

@@ -1,11 +1,13 @@
 """Bad start-up conditions, through the real CLI against the real cluster: the operator says what is wrong in
 one line on stderr and exits 2, without a traceback. Malformed or unusable kubeconfigs, an unreachable
-apiserver, the CRD not installed, RBAC permissions missing.
+apiserver, the CRD not installed, RBAC permissions missing, the metrics port taken (it was a start-up step inside
+kopf that failed, was retried 60 s later and failed for good on a collector registered twice).
 """
 
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -122,3 +124,13 @@ def test_missing_rbac_permission_is_named_in_one_line(chaos_cluster: LocalCluste
         chaos_cluster.kubectl("delete", "clusterrolebinding,clusterrole", role, "--ignore-not-found",
                               check=False)
     record("startup-missing-rbac", {"line": run.lines[0], "no_rbac_line_chars": len(run_bare.lines[0])})
+
+
+def test_taken_metrics_port_is_one_line(chaos_cluster: LocalCluster) -> None:
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        run = run_operator_cli(chaos_cluster.kubeconfig, env={"QWEN_FLEET_METRICS_PORT": str(port)})
+    assert_one_line(run, f"cannot serve metrics on port {port}", "Address already in use")
+    record("startup-metrics-port-taken", {"line": run.lines[0], "seconds": round(run.seconds, 1)})

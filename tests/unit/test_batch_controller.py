@@ -32,6 +32,9 @@ class RecordingKube:
     async def get(self, path: str) -> Any:
         return {"items": []}
 
+    async def find(self, api_version: str, kind: str, ns: str, name: str) -> dict[str, Any] | None:
+        return None  # no object holds a child's name (tests/unit/test_ownership.py has those that do)
+
 
 def _controller(fleets: dict[tuple[str, str], dict[str, Any]]) -> tuple[BatchController, RecordingKube,
                                                                          list[tuple[str, str]]]:

@@ -25,6 +25,9 @@ NODES2 = {"parallelism": {"pipeline": 2, "nodes": 2}}
 KEDA = {"autoscaling": {"enabled": True, "engine": "keda", "minReplicas": 1, "maxReplicas": 3,
                         "keda": {"prometheusAddress": "http://prometheus.monitoring.svc:9090"}}}
 ROUTED = {"routing": {"gateway": {"name": "gw"}}}
+CACHE = {"model": {"name": "Qwen/Qwen3-4B-Instruct-2507", "cache": {"size": "10Gi"}}}
+CACHE_DELETE = {"model": {"name": "Qwen/Qwen3-4B-Instruct-2507",
+                          "cache": {"size": "10Gi", "retentionPolicy": {"whenRemoved": "Delete"}}}}
 PICKER = ["ConfigMap/q-epp", "ServiceAccount/q-epp", "Role/q-epp", "RoleBinding/q-epp", "Deployment/q-epp",
           "Service/q-epp", "InferencePool/q", "HTTPRoute/q"]
 
@@ -80,6 +83,9 @@ class Case:
     prune: list[str] = field(default_factory=list)
     undo: bool = False
     refused: bool = False
+    looked_up: dict[tuple[str, str], dict[str, Any] | None] | None = None
+    held: list[str] = field(default_factory=list)
+    mounted: frozenset[str] = frozenset()
 
 
 def _without(children: dict[tuple[str, str], dict[str, Any]], kind: str) -> dict[tuple[str, str], dict[str, Any]]:
@@ -90,6 +96,22 @@ def _finalizing(children: dict[tuple[str, str], dict[str, Any]], kind: str) -> d
     """``kind`` deleted but held by a finalizer (KEDA's on a ScaledObject, finalizer.keda.sh)."""
     return _edited(children, kind, lambda o: o["metadata"].update(deletionTimestamp="2026-12-01T00:00:00Z",
                                                                   finalizers=["finalizer.keda.sh"]))
+
+
+def _foreign(kind: str, name: str, owner: tuple[str, str] | None = None) -> dict[str, Any]:
+    """An object someone else made under a child's name, as a lookup finds it."""
+    meta: dict[str, Any] = {"name": name, "namespace": "ns", "uid": f"x-{kind}", "resourceVersion": "7"}
+    if owner is not None:
+        version = "qwenfleet.io/v1alpha1" if owner[0] == "QwenInference" else "apps/v1"
+        meta["ownerReferences"] = [{"apiVersion": version, "kind": owner[0], "name": owner[1], "uid": "o-1",
+                                    "controller": True}]
+    return {"apiVersion": "v1", "kind": kind, "metadata": meta}
+
+
+def _unannotated(children: dict[tuple[str, str], dict[str, Any]], kind: str, name: str) -> dict[tuple[str, str], Any]:
+    out = copy.deepcopy(children)
+    out[(kind, name)]["metadata"].pop("annotations", None)
+    return out
 
 
 def _edited(children: dict[tuple[str, str], dict[str, Any]], kind: str, edit: Any) -> dict[tuple[str, str], Any]:
@@ -199,12 +221,48 @@ CASES = {
         None, stored(render(**AUTOSCALED)), []),
     "refused by the apiserver for this generation: nothing until the spec changes": Case(
         render(**TWO), {}, [], refused=True),
+    # Names held by objects that are not the fleet's (reconcile/ownership.py): nothing at all, the fleet held.
+    "create, the Service's name held by someone's Service: nothing, held naming it": Case(
+        render(), {}, [], looked_up={("Deployment", "q"): None, ("Service", "q"): _foreign("Service", "q")},
+        held=["Service/q (owner: no owner)"]),
+    "create, two names held, one by an object another controller owns: both named": Case(
+        render(**AUTOSCALED), {}, [],
+        looked_up={("Service", "q"): _foreign("Service", "q"),
+                   ("PodDisruptionBudget", "q"): _foreign("PodDisruptionBudget", "q", owner=("Deployment", "web"))},
+        held=["PodDisruptionBudget/q (owner: Deployment/web)", "Service/q (owner: no owner)"]),
+    "a running fleet gains an autoscaler whose name is held: not even the Deployment changes": Case(
+        render(**AUTOSCALED), stored(render()), [],
+        looked_up={("HorizontalPodAutoscaler", "q"): _foreign("HorizontalPodAutoscaler", "q"),
+                   ("PodDisruptionBudget", "q"): None},
+        held=["HorizontalPodAutoscaler/q (owner: no owner)"]),
+    "owned by another QwenInference of the same namespace: held": Case(
+        render(), {}, [], looked_up={("Service", "q"): _foreign("Service", "q", owner=("QwenInference", "other"))},
+        held=["Service/q (owner: QwenInference/other)"]),
+    "a looked-up child that is the fleet's own (its label stripped): an observed child, not held": Case(
+        render(), {}, [["Deployment/q"]], looked_up={("Deployment", "q"): None,
+                                                    ("Service", "q"): stored(render())[("Service", "q")]}),
+    "every name free: the plan as without a lookup": Case(
+        render(), {}, [["Deployment/q"], ["Service/q"]], undo=True,
+        looked_up={("Deployment", "q"): None, ("Service", "q"): None}),
+    # The model-cache claim when model.cache leaves the spec (model.cache.retentionPolicy.whenRemoved).
+    "model.cache removed, Retain (the default): the claim stays": Case(
+        render(), stored(render(**CACHE)), [["Deployment/q"]]),
+    "model.cache removed, a claim made before the policy (no annotation): it stays": Case(
+        render(), _unannotated(stored(render(**CACHE)), "PersistentVolumeClaim", "q-model-cache"), [["Deployment/q"]]),
+    "model.cache removed, Delete, no pod mounts it: pruned": Case(
+        render(), stored(render(**CACHE_DELETE)), [["Deployment/q"]], prune=["PersistentVolumeClaim/q-model-cache"]),
+    "model.cache removed, Delete, a pod still mounts it: kept until it is gone": Case(
+        render(), stored(render(**CACHE_DELETE)), [["Deployment/q"]], mounted=frozenset({"q-model-cache"})),
+    "model.cache added back to a retained claim: the claim is the fleet's, applied only if it differs": Case(
+        render(**CACHE), stored(render(**CACHE)), []),
 }
 
 
 @pytest.mark.parametrize("case", CASES.values(), ids=list(CASES))
 def test_change_plan(case: Case) -> None:
-    changes = plan_changes(case.desired, case.observed, refused=case.refused)
+    changes = plan_changes(case.desired, case.observed, refused=case.refused, looked_up=case.looked_up,
+                           mounted=case.mounted)
+    assert [f.describe() for f in changes.held] == case.held
     assert [names(batch) for batch in changes.batches] == case.batches
     assert names(changes.dry_run) == case.dry_run
     assert [f"{p.kind}/{p.name}" for p in changes.prune] == case.prune
@@ -226,6 +284,19 @@ def test_an_update_says_what_drifted_and_a_create_says_created() -> None:
     assert apply.describe().startswith("Deployment/q updated: the rendered object changed, .spec.template")
     first = plan_changes(render(), {}).batches[0][0]
     assert not first.existing and first.describe() == "Deployment/q created"
+
+
+def test_every_wanted_child_not_seen_is_looked_up_and_a_held_plan_does_nothing_at_all() -> None:
+    assert plan_changes(render(**AUTOSCALED), stored(render())).unseen == (
+        ("HorizontalPodAutoscaler", "q"), ("PodDisruptionBudget", "q"))
+    assert plan_changes(render(), stored(render())).unseen == ()
+    # A prefetch holds the Deployment and the Service back: their names are looked up all the same.
+    cache = {"model": {"name": "Qwen/Qwen3-4B-Instruct-2507", "cache": {"size": "1Gi", "prefetch": {"enabled": True}}}}
+    first = plan_changes(render(**cache), {})
+    assert ("Service", "q") in first.unseen and ("Service", "q") not in [a.key for a in first.applies]
+    held = plan_changes(render(**AUTOSCALED), stored(render()),
+                        looked_up={("PodDisruptionBudget", "q"): _foreign("PodDisruptionBudget", "q")})
+    assert held.held and not held and not held.handover and not held.dry_run and not held.unseen
 
 
 def test_nothing_to_do_is_falsy() -> None:

@@ -151,6 +151,16 @@ class ModelPrefetch(ApiModel):
                                                 "activeDeadlineSeconds). Default: no limit.")
 
 
+class CacheRetentionPolicy(ApiModel):
+    """What becomes of the cache claim when model.cache is removed from the spec (as a StatefulSet's
+    persistentVolumeClaimRetentionPolicy). Deleting the QwenInference deletes the claim either way."""
+
+    when_removed: Literal["Retain", "Delete"] = Field(
+        default="Retain", description="Retain: the claim and its weights stay (still owned by the QwenInference, "
+        "never pruned; adding model.cache back uses them again). Delete: the claim is deleted once no pod of the "
+        "fleet mounts it.")
+
+
 class ModelCache(ApiModel):
     """A PersistentVolumeClaim the operator creates for the Hugging Face cache, so restarts skip the download."""
 
@@ -161,6 +171,9 @@ class ModelCache(ApiModel):
         default="ReadWriteMany", description="Access mode; ReadWriteMany lets replicas on many nodes share it.")
     prefetch: ModelPrefetch = Field(default_factory=ModelPrefetch, description="Fill the claim with a Job "
                                     "before the replicas start (air-gapped serving, slow downloads).")
+    retention_policy: CacheRetentionPolicy = Field(default_factory=CacheRetentionPolicy, description="Whether "
+                                                   "the claim outlives its removal from the spec (default: "
+                                                   "Retain).")
 
 
 class ModelSpec(ApiModel, rules=[Rule(

@@ -352,7 +352,20 @@ POOL_NAME_RULE = Rule(
 )
 
 
-class QwenInference(NamedObject, ApiModel, rules=[NAME_RULE, NAME_FORMAT_RULE, POOL_NAME_RULE]):
+# <fleet>-model-cache is the claim the operator makes for model.cache (render/deployment.py model_cache_claim_name):
+# serving from it as a pvc source would make the operator's claim the user's weights, pruned with model.cache.
+OWN_CACHE_CLAIM_RULE = Rule(
+    cel="!has(self.spec.model.source) || !has(self.spec.model.source.pvc) || "
+        "self.spec.model.source.pvc.claimName != self.metadata.name + '-model-cache'",
+    check=lambda r: r.spec.model.source is None or r.spec.model.source.pvc is None
+    or r.spec.model.source.pvc.claim_name != r.metadata.get("name", "") + "-model-cache",
+    message="model.source.pvc.claimName must not be <metadata.name>-model-cache: that is the claim the operator "
+            "makes for model.cache; name a claim of your own",
+)
+
+
+class QwenInference(NamedObject, ApiModel, rules=[NAME_RULE, NAME_FORMAT_RULE, POOL_NAME_RULE,
+                                                  OWN_CACHE_CLAIM_RULE]):
     """A fleet of vLLM servers for one Qwen model, with its Service and autoscaler."""
 
     api_version: Literal["qwenfleet.io/v1alpha1"] = Field(default="qwenfleet.io/v1alpha1", alias="apiVersion",

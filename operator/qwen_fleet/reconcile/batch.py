@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from qwen_fleet.batchrun.redact import redact_urls
+from qwen_fleet.reconcile.ownership import FOREIGN_REASON, Foreign, controlled_by, foreign, held_message
 from qwen_fleet.reconcile.prefetch import job_condition
 from qwen_fleet.reconcile.status import WAITING_TROUBLE, condition
 
@@ -43,6 +44,26 @@ def fleet_problem(fleet: Mapping[str, Any] | None, fleet_name: str) -> Verdict |
         return Verdict("Stalled", "FleetNotFound", f"QwenInference {fleet_name} does not exist in this namespace; "
                        "the Job is created once it does")
     return None
+
+
+def foreign_children(batch_name: str, api_version: str, found: Iterable[Mapping[str, Any] | None],
+                     batch_label: str) -> tuple[Foreign, ...]:
+    """Of the objects found under the names of the batch's children, those not the batch's (ownership.py):
+    neither controlled by it nor, like its output ConfigMap (no owner: the results outlive the batch), labelled
+    with its name and owned by no one."""
+    out = []
+    for obj in found:
+        if obj is None or controlled_by(obj, api_version, "QwenBatch", batch_name):
+            continue
+        meta = obj.get("metadata") or {}
+        if not meta.get("ownerReferences") and (meta.get("labels") or {}).get(batch_label) == batch_name:
+            continue
+        out.append(foreign(obj))
+    return tuple(out)
+
+
+def held_verdict(held: tuple[Foreign, ...]) -> Verdict:
+    return Verdict("Stalled", FOREIGN_REASON, held_message(held, "QwenBatch"))
 
 
 def fleet_port(fleet: Mapping[str, Any]) -> int:

@@ -2,6 +2,9 @@
 
 - The children (output ConfigMap, runner RBAC, Job) are applied when the Job is not there: on creation, or
   after someone deleted it before the batch finished (the new Job resumes). A finished batch is left alone.
+- A child name taken by an object that is not the batch's (its output ConfigMap naming someone's ConfigMap):
+  Stalled (ForeignObject, naming it and its owner, with an Event), nothing applied, looked at again every
+  ``FOREIGN_RECHECK_SECONDS`` (reconcile/ownership.py).
 - Through a fleet, the Job waits for the QwenInference: until it exists the batch is Stalled (FleetNotFound,
   with an Event) and looked at again every ``FLEET_RECHECK_SECONDS``.
 - Status: only the operator's fields, and only when they change; the runner reports the counts itself.
@@ -31,6 +34,8 @@ from qwen_fleet.reconcile.batch import (
     batch_status,
     fleet_port,
     fleet_problem,
+    foreign_children,
+    held_verdict,
     job_verdict,
     operator_patch,
     pod_problem,
@@ -39,6 +44,7 @@ from qwen_fleet.reconcile.batch import (
 )
 from qwen_fleet.reconcile.kinds import BATCH_WATCHED
 from qwen_fleet.reconcile.kube import KubeClient, KubeError
+from qwen_fleet.reconcile.ownership import FOREIGN_RECHECK_SECONDS
 from qwen_fleet.reconcile.queue import Key, WorkQueue
 from qwen_fleet.render.batch import BATCH_LABEL, job_name, render_batch_children
 
@@ -93,7 +99,15 @@ class BatchController:
                 return
         if job is None:
             port = fleet_port(fleet) if fleet is not None else 8000
-            for child in render_batch_children(batch, self.config.runner_image, self.config.default_image, port):
+            children = render_batch_children(batch, self.config.runner_image, self.config.default_image, port)
+            found = await asyncio.gather(*(self.kube.find(c["apiVersion"], c["kind"], key[0], c["metadata"]["name"])
+                                           for c in children))
+            held = foreign_children(key[1], API_VERSION, found, BATCH_LABEL)
+            if held:  # a name taken by someone else's object: nothing applied, the object untouched
+                await self._write(raw, held_verdict(held), generation, None)
+                self.queue.add_after(key, FOREIGN_RECHECK_SECONDS)
+                return
+            for child in children:
                 applied = await self.kube.apply(child)
                 if child["kind"] == "Job":
                     job = self.jobs[key] = applied

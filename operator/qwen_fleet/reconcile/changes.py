@@ -43,6 +43,14 @@ The executor (controller.py) only carries a ChangeSet out. The rules, each with 
   watch event brings the next reconcile. When the owner is pruned, the garbage collector deletes the child.
 - Nothing is applied or deleted for a spec the operator refuses (Stalled) or the apiserver refused for this
   generation (until the spec changes or the next resync): a running fleet keeps running.
+- A wanted child whose name an object of someone else's holds (``looked_up``: what the executor found for the
+  names of ``unseen``; reconcile/ownership.py) holds the whole reconcile: nothing applied, nothing
+  pruned, the object untouched, the fleet Stalled naming it (``held``). A looked-up object that is the
+  fleet's own (its label stripped, so the watch lost it) is an observed child like the others.
+- The model-cache claim is pruned only when it was rendered with the Delete policy (model.cache.retentionPolicy,
+  stamped on the claim: the spec that said so is gone by then) and no pod of the fleet mounts it
+  (``mounted``); otherwise it stays, owned by the fleet, so adding model.cache back finds the weights, and the
+  QwenInference's deletion still takes it (garbage collection).
 """
 
 from __future__ import annotations
@@ -53,8 +61,11 @@ from typing import Any
 
 from qwen_fleet.reconcile.drift import drift
 from qwen_fleet.reconcile.kinds import CHILD_KIND, may_prune
+from qwen_fleet.reconcile.ownership import Foreign, foreign
 from qwen_fleet.reconcile.prefetch import PREFETCH_NEEDS, prefetch_of
+from qwen_fleet.reconcile.store import owner_key
 from qwen_fleet.reconcile.workload import WORKLOAD_KINDS, workload_ready
+from qwen_fleet.render.extras import CACHE_RETENTION_ANNOTATION
 from qwen_fleet.render.routing import EPP_LABEL, POOL_LABEL
 from qwen_fleet.render.stamp import RENDERED_HASH_ANNOTATION
 
@@ -104,6 +115,11 @@ class ChangeSet:
     batches: tuple[tuple[Apply, ...], ...] = ()  # in order; the applies of a batch go out together
     prune: tuple[Prune, ...] = ()  # after every batch succeeded
     undo_on_refusal: bool = False  # a new fleet: a refused apply deletes what this reconcile created
+    held: tuple[Foreign, ...] = ()  # names taken by objects not the fleet's: nothing at all is done (Stalled)
+    # Wanted children the watches have not seen: their names are looked up before anything is done, all of them,
+    # not only this reconcile's creates, so a fleet that waits (a prefetch, an autoscaler switch) is never made
+    # in part and then held.
+    unseen: tuple[ChildKey, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.batches or self.prune)
@@ -117,15 +133,21 @@ NOTHING = ChangeSet()
 
 
 def plan_changes(desired: Sequence[Mapping[str, Any]] | None, observed: Mapping[ChildKey, Mapping[str, Any]],
-                 refused: bool = False) -> ChangeSet:
+                 refused: bool = False, looked_up: Mapping[ChildKey, Mapping[str, Any] | None] | None = None,
+                 mounted: frozenset[str] = frozenset()) -> ChangeSet:
     """The changes that take ``observed`` to ``desired``.
 
     ``desired`` is None when the operator cannot render the spec (invalid or infeasible: Stalled);
     ``refused`` is True when the apiserver refused this very generation before. Both change nothing.
+    ``looked_up``: what the apiserver holds under the names of a first plan's ``unseen`` (None: nothing).
+    ``mounted``: the claims the fleet's pods mount.
     """
     if desired is None or refused:
         return NOTHING
     fleet = fleet_name(desired)
+    held, observed = _taken(looked_up or {}, observed, fleet)
+    if held:
+        return ChangeSet(held=held)
     migrating = _migration(desired, observed, fleet)
     # While the new workload is being made: only it (and what its pods mount) is applied, nothing is pruned.
     to_apply = [o for o in desired if o["kind"] not in _FRONT] if migrating == "making" else desired
@@ -157,10 +179,11 @@ def plan_changes(desired: Sequence[Mapping[str, Any]] | None, observed: Mapping[
             dry_run = tuple(applies)
         batches = (tuple(applies),) if applies else ()
     prune = () if migrating == "making" or prefetching else _prunes(desired, observed, fleet,
-                                                                      old_workload=migrating == "done")
+                                                                      old_workload=migrating == "done",
+                                                                      mounted=mounted)
     return ChangeSet(handover=_replicas_handover(desired, observed, applies, fleet), dry_run=dry_run,
-                     batches=batches,
-                     prune=prune, undo_on_refusal=new_fleet)
+                     batches=batches, prune=prune, undo_on_refusal=new_fleet,
+                     unseen=tuple(child_key(o) for o in desired if child_key(o) not in observed))
 
 
 # The kinds of autoscaler (one per engine); a fleet has at most one of them.
@@ -242,8 +265,30 @@ def _replicas_handover(desired: Sequence[Mapping[str, Any]], observed: Mapping[C
              "spec": {"replicas": current}},)
 
 
+def _taken(looked_up: Mapping[ChildKey, Mapping[str, Any] | None], observed: Mapping[ChildKey, Mapping[str, Any]],
+           fleet: str) -> tuple[tuple[Foreign, ...], Mapping[ChildKey, Mapping[str, Any]]]:
+    """The looked-up objects that are not the fleet's, and the observed children with those that are."""
+    held, ours = [], {}
+    for ckey, obj in sorted(looked_up.items(), key=lambda item: item[0]):
+        if obj is None or ckey in observed:
+            continue
+        owner = owner_key(obj)
+        if owner is not None and owner[1] == fleet:
+            ours[ckey] = obj
+        else:
+            held.append(foreign(obj))
+    return tuple(held), ({**observed, **ours} if ours else observed)
+
+
+def _keeps_claim(obj: Mapping[str, Any], mounted: frozenset[str]) -> bool:
+    """A claim not in the spec any more stays unless it was rendered with Delete and no pod mounts it."""
+    meta = obj.get("metadata") or {}
+    policy = (meta.get("annotations") or {}).get(CACHE_RETENTION_ANNOTATION)
+    return policy != "Delete" or str(meta.get("name")) in mounted
+
+
 def _prunes(desired: Sequence[Mapping[str, Any]], observed: Mapping[ChildKey, Mapping[str, Any]], fleet: str,
-            old_workload: bool) -> tuple[Prune, ...]:
+            old_workload: bool, mounted: frozenset[str] = frozenset()) -> tuple[Prune, ...]:
     """Unwanted children of prunable kinds; with ``old_workload``, also the workload of the other kind."""
     wanted = {child_key(obj) for obj in desired}
     out = []
@@ -256,6 +301,8 @@ def _prunes(desired: Sequence[Mapping[str, Any]], observed: Mapping[ChildKey, Ma
             continue
         if (obj.get("metadata") or {}).get("deletionTimestamp"):
             # Already going, held by a finalizer (KEDA's on a ScaledObject): a second delete is a write for nothing.
+            continue
+        if kind == "PersistentVolumeClaim" and _keeps_claim(obj, mounted):
             continue
         out.append(Prune(kind, child.api_version, name, (obj.get("metadata") or {}).get("uid")))
     return tuple(out)

@@ -20,10 +20,11 @@ from qwen_fleet.api import API_VERSION, KIND, QwenInference
 from qwen_fleet.api.messages import validation_message
 from qwen_fleet.config import OperatorConfig
 from qwen_fleet.plan import Plan, make_plan
-from qwen_fleet.reconcile.changes import AUTOSCALER_KINDS, HANDOVER_MANAGER, ChangeSet, plan_changes
+from qwen_fleet.reconcile.changes import AUTOSCALER_KINDS, HANDOVER_MANAGER, ChangeSet, child_key, plan_changes
 from qwen_fleet.reconcile.cold_start import MODEL_CACHED
 from qwen_fleet.reconcile.cold_start import describe as describe_cold_start
 from qwen_fleet.reconcile.kube import KubeClient, KubeError
+from qwen_fleet.reconcile.ownership import FOREIGN_REASON, FOREIGN_RECHECK_SECONDS, held_message
 from qwen_fleet.reconcile.prefetch import Prefetch, prefetch_of
 from qwen_fleet.reconcile.queue import Key
 from qwen_fleet.reconcile.status import (
@@ -93,6 +94,7 @@ class Result:
     applied: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     status_written: bool = False
+    recheck: float | None = None  # look again after at most this long (a name held by a foreign object)
 
 
 class Controller:
@@ -156,7 +158,11 @@ class Controller:
         desired = render_children(cr, plan, self.capabilities) if plan is not None and cr is not None \
             and outcome.kind == "applied" else None
         try:
-            await self._execute(key, plan_changes(desired, observed, refused=held), observed, result)
+            changes = await self._changes(key, desired, observed, held)
+            if changes.held:
+                result.outcome = Outcome.stalled(FOREIGN_REASON, held_message(changes.held, "QwenInference"))
+                result.recheck = FOREIGN_RECHECK_SECONDS
+            await self._execute(key, changes, observed, result)
         except KubeError as err:
             if err.namespace_terminating:
                 log.info("%s/%s: namespace %s is being deleted; leaving the fleet to it", key[0], key[1], key[0])
@@ -174,6 +180,31 @@ class Controller:
         if result.outcome.kind == "retrying":
             raise RetryLater(result.outcome.message)
         return result
+
+    async def _changes(self, key: Key, desired: list[dict[str, Any]] | None, observed: dict[ChildKey, dict[str, Any]],
+                       held: bool) -> ChangeSet:
+        """The change plan; when children are wanted that the watches have not seen, their names are looked up
+        first and the plan made again with what holds them (reconcile/ownership.py)."""
+        pods = self.store.pods(key)
+        mounted = frozenset(str(c) for p in pods if p.get("phase") not in ("Succeeded", "Failed")
+                            for c in p.get("claims") or ())
+        changes = plan_changes(desired, observed, refused=held, mounted=mounted)
+        if not changes.unseen or desired is None:
+            return changes
+        found = await self._look_up(key[0], changes.unseen, desired)
+        if not any(found.values()):
+            return changes
+        return plan_changes(desired, observed, refused=held, looked_up=found, mounted=mounted)
+
+    async def _look_up(self, namespace: str, keys: Iterable[ChildKey],
+                       desired: list[dict[str, Any]]) -> dict[ChildKey, dict[str, Any] | None]:
+        """What the apiserver holds under each name (together: one round trip)."""
+        versions = {child_key(o): str(o["apiVersion"]) for o in desired}
+
+        async def one(ckey: ChildKey) -> tuple[ChildKey, dict[str, Any] | None]:
+            return ckey, await self.kube.find(versions[ckey], ckey[0], namespace, ckey[1])
+
+        return dict(await asyncio.gather(*(one(k) for k in keys)))
 
     async def _execute(self, key: Key, changes: ChangeSet, observed: dict[ChildKey, dict[str, Any]],
                        result: Result) -> None:

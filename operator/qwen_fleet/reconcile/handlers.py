@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from typing import Any
 
@@ -105,6 +106,9 @@ def _configure_kopf(settings: kopf.OperatorSettings, cfg: OperatorConfig) -> Non
     settings.watching.connect_timeout = 10
     settings.watching.server_timeout = 600  # periodic relists bound any missed event
     settings.execution.max_workers = cfg.workers
+    # The last resort after SIGTERM (kopf SIGKILLs itself when its graceful exit takes longer): the renew deadline,
+    # after which a standby may lead. The graceful path is bounded well within it (shutdown below, run.py).
+    settings.process.ultimate_exiting_timeout = cfg.lease_renew_deadline_seconds
     settings.queueing.worker_limit = None  # per-object workers are cheap coroutines
 
 
@@ -159,7 +163,9 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
     # official client's (in-cluster credentials or the kubeconfig, like KubeClient).
     on.login(registry=registry)(kopf.login_via_client)
 
-    @on.startup(registry=registry)
+    # A step that fails (the apiserver answering 503 while it starts) is retried by kopf after ``backoff``
+    # seconds (kopf's default: 60), and the retry makes nothing twice.
+    @on.startup(registry=registry, backoff=5)
     async def configure(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
         cfg = rt.config
         _configure_kopf(settings, cfg)
@@ -168,14 +174,14 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         # kopf hands every index to handlers as a keyword argument named after the index.
         rt.store.children_indexes = [kwargs[f"children_{child.plural}"] for child in CHILD_KINDS]
         rt.store.pods_index = kwargs["pods_index"]
-        # Twice the workers: a reconcile sends the requests of a batch together, and Events go out beside them.
-        rt.kube = KubeClient.from_environment(workers=2 * cfg.workers, identity=cfg.identity)
-        rt.events = EventSender(rt.kube.post_event)
-        rt.events.start()
-        rt.controller = Controller(rt.kube, cfg, rt.store, emit=lambda *a: _emit(rt, *a))
-        rt.batches = BatchController(rt.kube, cfg, rt.store.resources.get, emit=lambda *a: _emit(rt, *a))
+        if rt.kube is None or rt.controller is None:
+            # Twice the workers: a reconcile sends the requests of a batch together, and Events go out beside them.
+            rt.kube = KubeClient.from_environment(workers=2 * cfg.workers, identity=cfg.identity)
+            rt.events = EventSender(rt.kube.post_event)
+            rt.events.start()
+            rt.controller = Controller(rt.kube, cfg, rt.store, emit=lambda *a: _emit(rt, *a))
+            rt.batches = BatchController(rt.kube, cfg, rt.store.resources.get, emit=lambda *a: _emit(rt, *a))
         await rt.controller.refresh_capabilities()
-        metrics.start(cfg.metrics_port, rt)
         if cfg.leader_election:
             timings = LeaseTimings(cfg.lease_duration_seconds, cfg.lease_renew_deadline_seconds,
                                    cfg.lease_retry_seconds)
@@ -194,16 +200,46 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
             rt.election.cancel()
             await asyncio.gather(rt.election, return_exceptions=True)
         await _stop_work(rt)
+        # Bounded, so the process ends within the Lease's renew deadline even when the apiserver has gone (each
+        # request would otherwise wait out its timeout and retries): a quarter of it for queued Events, half for
+        # giving the Lease up (if that fails, the standby takes it when it expires, as after a crash).
+        budget = rt.config.lease_renew_deadline_seconds
         if rt.events is not None:
-            await rt.events.stop()
+            await rt.events.stop(flush_seconds=min(2.0, budget / 4))
         if rt.elector is not None:
-            await rt.elector.release()  # after the last write: the standby may start at once
+            try:
+                await asyncio.wait_for(rt.elector.release(), budget / 2)  # the standby may start at once
+            except TimeoutError:
+                log.warning("could not give the Lease up within %.0fs; it expires by itself", budget / 2)
         if rt.kube is not None:
             rt.kube.close()
+        _exit_soon(rt, EXIT_GRACE_SECONDS)
 
     @on.probe(id="queue", registry=registry)
     async def queue_depth(**_: Any) -> int:
         return len(rt.queue)
+
+
+# How long kopf may take to return after the cleanup handler before the process ends anyway.
+EXIT_GRACE_SECONDS = 2.0
+
+
+def _exit_soon(rt: Runtime, seconds: float) -> None:
+    """End the process ``seconds`` from now unless kopf has returned by then (run.py then ends it at once).
+
+    With the apiserver gone, kopf does not return after the cleanup: its watchers and its API observer wait to
+    re-authenticate ("TCP closed; will re-authenticate") with a credentials store it has already stopped, until its
+    own last resort (settings.process.ultimate_exiting_timeout) SIGKILLs it. Seen: still running minutes after
+    SIGTERM. Everything that needed the API is done by then (workers stopped, Events flushed, the Lease given up or
+    left to expire)."""
+    def force() -> None:
+        log.warning("kopf has not stopped %.0fs after the cleanup (the apiserver is unreachable); exiting", seconds)
+        logging.shutdown()
+        os._exit(rt.exit_code)
+
+    timer = threading.Timer(seconds, force)
+    timer.daemon = True
+    timer.start()
 
 
 def _register_watches(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
@@ -290,7 +326,11 @@ async def _worker(rt: Runtime, index: int) -> None:
             metrics.observe(key, "error", started, None)
             log.exception("%s/%s: reconcile failed (%s); retrying in %.0fs", key[0], key[1], err, delay)
         else:
-            queue.forget(key)
+            if result is not None and result.recheck is not None:
+                queue.retry(key)  # 1, 2, 4 ... s, and never later than the recheck
+                queue.add_after(key, result.recheck)
+            else:
+                queue.forget(key)
             metrics.observe(key, None, started, result, rt.store.resources.get(key))
             if result is not None and (result.applied or result.deleted):
                 log.info("%s/%s: %s", key[0], key[1], "; ".join(result.applied + result.deleted))

@@ -247,6 +247,14 @@ class KubeClient:
     async def get(self, path: str) -> Any:
         return await self.request("GET", path)
 
+    async def find(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The object of that name, or None: a list by name, as the operator holds `list` (not `get`) on every
+        kind it makes; the apiserver serves a list by metadata.name as a read of one key."""
+        found = await self.request("GET", object_path(api_version, kind, namespace),
+                                   {"fieldSelector": f"metadata.name={name}"})
+        items = (found or {}).get("items") or []
+        return {**items[0], "apiVersion": api_version, "kind": kind} if items else None
+
     async def api_exists(self, group_version: str, plural: str) -> bool:
         """Whether the cluster serves a resource (optional CRDs such as ServiceMonitor)."""
         try:

@@ -74,13 +74,25 @@ class _RuntimeCollector(Collector):
         yield writes
 
 
-_started = False
+_collector: _RuntimeCollector | None = None
 
 
-def start(port: int, runtime: Runtime) -> None:
-    global _started
-    if _started or port <= 0:
-        return
-    REGISTRY.register(_RuntimeCollector(runtime))
-    start_http_server(port)
-    _started = True
+def serve(port: int, runtime: Runtime) -> str | None:
+    """Serve /metrics on ``port`` (0: off) for this process's runtime; None when done, else the one line why not.
+
+    Called once, before kopf starts (run.py), so a port that is taken ends the process with the reason instead of
+    failing kopf's start-up activity, which kopf retries 60 s later for ever. The port is bound first and the
+    runtime's collector registered only then: a failed bind leaves nothing registered, and a second call replaces
+    the collector instead of failing with "Duplicated timeseries in CollectorRegistry"."""
+    global _collector
+    if port <= 0:
+        return None
+    try:
+        start_http_server(port)
+    except OSError as err:
+        return f"cannot serve metrics on port {port} (QWEN_FLEET_METRICS_PORT): {err.strerror or err}"
+    if _collector is not None:
+        REGISTRY.unregister(_collector)
+    _collector = _RuntimeCollector(runtime)
+    REGISTRY.register(_collector)
+    return None

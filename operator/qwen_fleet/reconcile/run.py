@@ -110,6 +110,12 @@ def run_operator(verbose: bool = False) -> int:
 
     registry = kopf.OperatorRegistry()
     runtime = handlers.Runtime(config)
+    from qwen_fleet.reconcile import metrics
+
+    problem = metrics.serve(config.metrics_port, runtime)  # before kopf: a taken port ends the process, once
+    if problem:
+        print(f"qwen-fleet: {problem}", file=sys.stderr)
+        return 2
     runtime.kopf = KopfHandles(registry=registry, insights=Insights())
     handlers.register(registry, runtime)
     kopf.run(
@@ -121,4 +127,11 @@ def run_operator(verbose: bool = False) -> int:
         namespaces=list(config.namespaces),
         liveness_endpoint=f"http://0.0.0.0:{config.liveness_port}/healthz" if config.liveness_port > 0 else None,
     )
-    return runtime.exit_code
+    # kopf has stopped and the shutdown handler has run (handlers.py: bounded). An API thread still waiting on an
+    # apiserver that has gone (a request of a cancelled reconcile) would hold the interpreter's exit for its whole
+    # timeout and retries, minutes (concurrent.futures joins every worker thread at exit): nothing is left to do
+    # that needs it, so the process ends here.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(runtime.exit_code)

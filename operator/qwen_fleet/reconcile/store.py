@@ -70,6 +70,10 @@ def pod_summary(body: Mapping[str, Any]) -> dict[str, Any]:
         out["group"] = int(labels[GROUP_INDEX_LABEL])
         worker = str(labels.get(WORKER_INDEX_LABEL, ""))
         out["workerIndex"] = int(worker) if worker.isdigit() else 0
+    claims = [str(v["persistentVolumeClaim"].get("claimName")) for v in (body.get("spec") or {}).get("volumes") or []
+              if isinstance(v, Mapping) and isinstance(v.get("persistentVolumeClaim"), Mapping)]
+    if claims:  # a claim a pod mounts is never pruned (reconcile/changes.py)
+        out["claims"] = claims
     for cond in st.get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
             out["unschedulable"] = cond.get("message") or cond.get("reason")

@@ -9,6 +9,10 @@ from qwen_fleet.preflight.report import script_source
 from qwen_fleet.render.common import metadata
 from qwen_fleet.render.deployment import PREFLIGHT_SCRIPT, model_cache_claim_name, preflight_config_map_name
 
+# model.cache.retentionPolicy.whenRemoved, on the claim itself: when model.cache leaves the spec, the policy leaves
+# with it, so the operator reads it here (reconcile/changes.py). No annotation (claims made before it) is Retain.
+CACHE_RETENTION_ANNOTATION = "qwenfleet.io/when-removed"
+
 
 def render_preflight_config_map(cr: QwenInference) -> dict[str, Any]:
     return {
@@ -25,5 +29,6 @@ def render_model_cache_claim(cr: QwenInference) -> dict[str, Any]:
     spec: dict[str, Any] = {"accessModes": [cache.access_mode], "resources": {"requests": {"storage": str(cache.size)}}}
     if cache.storage_class_name:
         spec["storageClassName"] = cache.storage_class_name
+    annotations: dict[str, str] = {CACHE_RETENTION_ANNOTATION: cache.retention_policy.when_removed}
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": metadata(cr, name=model_cache_claim_name(cr)), "spec": spec}
+            "metadata": metadata(cr, name=model_cache_claim_name(cr), annotations=annotations), "spec": spec}
