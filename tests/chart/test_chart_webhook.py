@@ -28,7 +28,7 @@ def test_off_by_default() -> None:
     assert "QWEN_FLEET_WEBHOOK_PORT" not in {e["name"] for e in _container(docs)["env"]}
 
 
-def test_on_the_operator_serves_it_and_the_apiserver_calls_it_for_qweninferences_only() -> None:
+def test_on_the_operator_serves_it_and_the_apiserver_calls_it_for_the_two_kinds_only() -> None:
     docs = template(ON)
     container = _container(docs)
     env = {e["name"]: e.get("value") for e in container["env"]}
@@ -43,7 +43,7 @@ def test_on_the_operator_serves_it_and_the_apiserver_calls_it_for_qweninferences
     assert hook["clientConfig"]["service"] == {"name": service["metadata"]["name"], "namespace": "qwen-fleet-system",
                                                "path": "/validate", "port": 443}
     assert hook["rules"] == [{"apiGroups": ["qwenfleet.io"], "apiVersions": ["v1alpha1"],
-                              "resources": ["qweninferences"], "operations": ["CREATE", "UPDATE"],
+                              "resources": ["qweninferences", "qwenbatches"], "operations": ["CREATE", "UPDATE"],
                               "scope": "Namespaced"}]
     assert (hook["failurePolicy"], hook["timeoutSeconds"], hook["sideEffects"]) == ("Ignore", 5, "None")
     assert "namespaceSelector" not in hook
