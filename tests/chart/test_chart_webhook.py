@@ -128,7 +128,8 @@ def test_helm_lint_strict_passes_with_the_webhook(values: dict[str, Any]) -> Non
 
 def _render_twice(*args: str) -> tuple[str, str]:
     """Two `helm template` runs (not template()'s cache): what Argo CD compares between syncs."""
-    run = ("template", "qf", CHART, "--namespace", "qwen-fleet-system", "--set", "webhook.enabled=true", *args)
+    run: tuple[str | Path, ...] = ("template", "qf", CHART, "--namespace", "qwen-fleet-system",
+                                   "--set", "webhook.enabled=true", *args)
     return helm(*run).stdout, helm(*run).stdout
 
 

@@ -13,9 +13,9 @@ from qwen_fleet.admission import decide
 from qwen_fleet.admission.guardrails import secret_refs
 from qwen_fleet.config import Guardrails, OperatorConfig
 
-FITS = {"model": {"name": "Qwen/Qwen3-4B-Instruct-2507"}, "gpu": {"product": "NVIDIA-A10G"},
+FITS: dict[str, Any] = {"model": {"name": "Qwen/Qwen3-4B-Instruct-2507"}, "gpu": {"product": "NVIDIA-A10G"},
         "engine": {"maxModelLen": 8192}}
-BATCH = {"dedicated": {"model": "Qwen/Qwen3-4B-Instruct-2507", "image": "docker.io/someone/vllm:1"},
+BATCH: dict[str, Any] = {"dedicated": {"model": "Qwen/Qwen3-4B-Instruct-2507", "image": "docker.io/someone/vllm:1"},
          "input": {"configMap": {"name": "in"}}, "output": {"pvc": {"claimName": "out"}}}
 RAILS = Guardrails(image_prefixes=("registry.corp.example/vllm/",), priority_class_names=("batch-low",),
                    runtime_class_names=("nvidia",), service_types=("ClusterIP",), secret_names=("hf-token",),
