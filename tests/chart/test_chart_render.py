@@ -428,7 +428,7 @@ def test_prometheus_rule_has_the_alerts_and_the_thresholds_from_values() -> None
     assert "{{ $labels.namespace }}" in alerts["QwenInferenceStalled"]["annotations"]["summary"]
     with_monitor = one(template(ALL_FEATURES), "PrometheusRule")
     names = {r["alert"] for g in with_monitor["spec"]["groups"] for r in g["rules"]}
-    assert "QwenFleetOperatorDown" in names
+    assert {"QwenFleetOperatorDown", "QwenFleetWebhookCertificateExpiring"} <= names
 
 
 def test_notes_tell_the_user_what_to_do_next() -> None:
