@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from dataclasses import dataclass, field
+from typing import Any
 
 from qwen_fleet import __version__, versions
 
@@ -34,6 +36,48 @@ def _int(name: str, default: int) -> int:
 
 
 @dataclass(frozen=True)
+class Guardrails:
+    """What a spec may ask for (the chart's values ``guardrails``; enforced by qwen_fleet.admission.guardrails).
+    An empty tuple allows anything. The defaults, for an operator started without the chart, allow everything."""
+
+    image_prefixes: tuple[str, ...] = ()
+    priority_class_names: tuple[str, ...] = ()
+    runtime_class_names: tuple[str, ...] = ()
+    service_types: tuple[str, ...] = ()
+    secret_names: tuple[str, ...] = ()
+    secret_name_prefixes: tuple[str, ...] = ()
+    any_secret: bool = True
+
+    @classmethod
+    def from_json(cls, raw: str) -> Guardrails:
+        """QWEN_FLEET_GUARDRAILS: the values' ``guardrails`` object as JSON; empty: no guardrails."""
+        if not raw.strip():
+            return cls()
+        try:
+            data = json.loads(raw)
+        except ValueError as err:
+            raise SystemExit(f"qwen-fleet: QWEN_FLEET_GUARDRAILS is not JSON: {err}") from None
+        if not isinstance(data, dict):
+            raise SystemExit("qwen-fleet: QWEN_FLEET_GUARDRAILS must be a JSON object")
+        lists = {"imagePrefixes": "image_prefixes", "priorityClassNames": "priority_class_names",
+                 "runtimeClassNames": "runtime_class_names", "serviceTypes": "service_types",
+                 "secretNames": "secret_names", "secretNamePrefixes": "secret_name_prefixes"}
+        unknown = sorted(set(data) - set(lists) - {"anySecret"})
+        if unknown:
+            raise SystemExit(f"qwen-fleet: QWEN_FLEET_GUARDRAILS has unknown keys: {', '.join(unknown)}")
+        fields: dict[str, Any] = {}
+        for key, attr in lists.items():
+            value = data.get(key) or []
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise SystemExit(f"qwen-fleet: QWEN_FLEET_GUARDRAILS {key} must be a list of strings")
+            fields[attr] = tuple(value)
+        any_secret = data.get("anySecret", True)
+        if not isinstance(any_secret, bool):
+            raise SystemExit("qwen-fleet: QWEN_FLEET_GUARDRAILS anySecret must be true or false")
+        return cls(**fields, any_secret=any_secret)
+
+
+@dataclass(frozen=True)
 class OperatorConfig:
     default_image: str = versions.VLLM_IMAGE
     # The image QwenBatch Jobs run `qwen-fleet batch-run` from: the operator's own (the chart sets it).
@@ -49,6 +93,7 @@ class OperatorConfig:
     webhook_port: int = 0
     webhook_cert_dir: str = "/etc/qwen-fleet/webhook"
     extra_labels: dict[str, str] = field(default_factory=dict)
+    guardrails: Guardrails = field(default_factory=Guardrails)
     # Leader election (reconcile/leader.py): on when a namespace for the Lease is given (the chart gives its
     # own). Without it the process reconciles at once, as one replica must.
     lease_namespace: str = ""
@@ -78,6 +123,7 @@ class OperatorConfig:
             lease_retry_seconds=_float("QWEN_FLEET_LEASE_RETRY_SECONDS", 2.0),
             webhook_port=_int("QWEN_FLEET_WEBHOOK_PORT", 0),
             webhook_cert_dir=os.environ.get("QWEN_FLEET_WEBHOOK_CERT_DIR", "/etc/qwen-fleet/webhook"),
+            guardrails=Guardrails.from_json(os.environ.get("QWEN_FLEET_GUARDRAILS", "")),
         )
 
     @property

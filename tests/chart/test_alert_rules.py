@@ -71,7 +71,7 @@ def test_promtool_passes_the_fleet_alert_tests(promtool: Path, tmp_path: Path) -
     assert "SUCCESS" in result.stdout + result.stderr
 
 
-@pytest.mark.parametrize(("tests", "groups", "count"), [(CHART_TESTS, chart_rule_groups, 8),
+@pytest.mark.parametrize(("tests", "groups", "count"), [(CHART_TESTS, chart_rule_groups, 9),
                                                         (FLEET_TESTS, fleet_rule_groups, 3)],
                          ids=["chart", "fleet"])
 def test_every_alert_is_shown_to_fire_and_to_stay_silent(tests: Path, groups: Any, count: int) -> None:

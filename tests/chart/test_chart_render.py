@@ -34,10 +34,15 @@ VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
 SCHEMA = json.loads((CHART / "values.schema.json").read_text())
 
 
+def _aggregated(doc: dict[str, Any]) -> bool:
+    """The ClusterRoles for users (aggregated into edit/view; tests/chart/test_chart_tenancy.py), not the operator's."""
+    return any(k.startswith("rbac.authorization.k8s.io/aggregate-to-") for k in doc["metadata"].get("labels", {}))
+
+
 def rules_of(docs: list[dict[str, Any]]) -> list[tuple[str, str, dict[str, Any]]]:
-    """(kind, namespace, rule) for every rule of every Role and ClusterRole."""
+    """(kind, namespace, rule) for every rule of every Role and ClusterRole of the operator."""
     return [(d["kind"], d["metadata"].get("namespace", ""), rule)
-            for d in docs if d["kind"] in ("Role", "ClusterRole") for rule in d.get("rules", [])]
+            for d in docs if d["kind"] in ("Role", "ClusterRole") and not _aggregated(d) for rule in d.get("rules", [])]
 
 
 def grants(rules: list[dict[str, Any]], verb: str, group: str, resource: str, sub: str = "") -> bool:
@@ -77,6 +82,7 @@ def test_operator_deployment_is_two_restricted_replicas_with_leader_election() -
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}, probe
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    env.pop("QWEN_FLEET_GUARDRAILS")  # tests/chart/test_chart_tenancy.py
     assert env == {"QWEN_FLEET_DEFAULT_IMAGE": versions.VLLM_IMAGE, "QWEN_FLEET_NAMESPACES": "",
                    "QWEN_FLEET_LOG_LEVEL": "INFO", "QWEN_FLEET_RESYNC_SECONDS": "300", "QWEN_FLEET_WORKERS": "16",
                    "QWEN_FLEET_METRICS_PORT": "8080", "QWEN_FLEET_LIVENESS_PORT": "8081",
@@ -186,7 +192,7 @@ def test_namespaced_mode_uses_roles_per_namespace() -> None:
                                         "namespace": "qwen-fleet-system"}]
         assert binding["roleRef"]["kind"] == "Role"
     # Cluster-wide, only what kopf watches there: CRDs (new API kinds) and namespaces (which ones exist).
-    (cluster_role,) = by_kind(docs, "ClusterRole")
+    (cluster_role,) = [r for r in by_kind(docs, "ClusterRole") if not _aggregated(r)]
     assert cluster_role["rules"] == [
         {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
          "verbs": ["list", "watch"]},
@@ -341,8 +347,12 @@ def test_adapter_rules_switch_exists_and_is_off() -> None:
 
 def test_defaults_render_only_the_operator_and_its_crd() -> None:
     kinds = sorted(d["kind"] for d in template())
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "CustomResourceDefinition",
-                     "Deployment", "Role", "RoleBinding", "ServiceAccount"]  # the Role: leader election's Lease
+    # The Role: leader election's Lease. From tenancy.yaml: the aggregated edit and view ClusterRoles, and the two
+    # policies that keep fleets and the operator out of system namespaces.
+    assert kinds == ["ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
+                     "CustomResourceDefinition", "Deployment", "Role", "RoleBinding", "ServiceAccount",
+                     "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+                     "ValidatingAdmissionPolicyBinding"]
 
 
 def test_metrics_service_and_service_monitor_select_the_operator() -> None:
@@ -418,7 +428,7 @@ def test_prometheus_rule_has_the_alerts_and_the_thresholds_from_values() -> None
     assert "{{ $labels.namespace }}" in alerts["QwenInferenceStalled"]["annotations"]["summary"]
     with_monitor = one(template(ALL_FEATURES), "PrometheusRule")
     names = {r["alert"] for g in with_monitor["spec"]["groups"] for r in g["rules"]}
-    assert "QwenFleetOperatorDown" in names
+    assert {"QwenFleetOperatorDown", "QwenFleetWebhookCertificateExpiring"} <= names
 
 
 def test_notes_tell_the_user_what_to_do_next() -> None:

@@ -28,7 +28,7 @@ def test_off_by_default() -> None:
     assert "QWEN_FLEET_WEBHOOK_PORT" not in {e["name"] for e in _container(docs)["env"]}
 
 
-def test_on_the_operator_serves_it_and_the_apiserver_calls_it_for_qweninferences_only() -> None:
+def test_on_the_operator_serves_it_and_the_apiserver_calls_it_for_the_two_kinds_only() -> None:
     docs = template(ON)
     container = _container(docs)
     env = {e["name"]: e.get("value") for e in container["env"]}
@@ -43,7 +43,7 @@ def test_on_the_operator_serves_it_and_the_apiserver_calls_it_for_qweninferences
     assert hook["clientConfig"]["service"] == {"name": service["metadata"]["name"], "namespace": "qwen-fleet-system",
                                                "path": "/validate", "port": 443}
     assert hook["rules"] == [{"apiGroups": ["qwenfleet.io"], "apiVersions": ["v1alpha1"],
-                              "resources": ["qweninferences"], "operations": ["CREATE", "UPDATE"],
+                              "resources": ["qweninferences", "qwenbatches"], "operations": ["CREATE", "UPDATE"],
                               "scope": "Namespaced"}]
     assert (hook["failurePolicy"], hook["timeoutSeconds"], hook["sideEffects"]) == ("Ignore", 5, "None")
     assert "namespaceSelector" not in hook
@@ -124,3 +124,42 @@ def test_the_charts_certificate_is_kept_by_upgrades_and_renewed_near_expiry(char
 def test_helm_lint_strict_passes_with_the_webhook(values: dict[str, Any]) -> None:
     out = helm("lint", "--strict", CHART, "--values", values_file(values))
     assert "1 chart(s) linted, 0 chart(s) failed" in out.stdout, out.stdout
+
+
+def _render_twice(*args: str) -> tuple[str, str]:
+    """Two `helm template` runs (not template()'s cache): what Argo CD compares between syncs."""
+    run: tuple[str | Path, ...] = ("template", "qf", CHART, "--namespace", "qwen-fleet-system",
+                                   "--set", "webhook.enabled=true", *args)
+    return helm(*run).stdout, helm(*run).stdout
+
+
+EXISTING = ("--set", "webhook.existingSecret.name=corp-webhook-tls",
+            "--set", "webhook.existingSecret.caBundle=" + base64.b64encode(b"-----BEGIN CERTIFICATE-----").decode())
+
+
+@pytest.mark.parametrize("args", [("--set", "webhook.certManager.enabled=true"), EXISTING],
+                         ids=["cert-manager", "existing-secret"])
+def test_helm_template_renders_the_same_bytes_every_time(args: tuple[str, ...]) -> None:
+    first, second = _render_twice(*args)
+    assert first == second
+
+
+def test_the_self_signed_mode_mints_anew_on_every_offline_render() -> None:
+    """Why the two modes above exist: without a cluster to `lookup` the kept Secret, each render is a new CA."""
+    first, second = _render_twice()
+    assert first != second
+
+
+def test_an_existing_secret_is_mounted_and_its_ca_trusted_and_nothing_is_generated() -> None:
+    docs = template({"webhook": {"enabled": True, "existingSecret": {"name": "corp-webhook-tls", "caBundle": "Q0E="}}})
+    assert by_kind(docs, "Secret") == [] and by_kind(docs, "Certificate") == []
+    volumes = one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "webhook-tls", "secret": {"secretName": "corp-webhook-tls"}} in volumes
+    (hook,) = one(docs, "ValidatingWebhookConfiguration")["webhooks"]
+    assert hook["clientConfig"]["caBundle"] == "Q0E="
+    for values, message in (({"existingSecret": {"name": "x"}}, "webhook.existingSecret.caBundle is required"),
+                            ({"existingSecret": {"name": "x", "caBundle": "Q0E="}, "certManager": {"enabled": True}},
+                             "two sources of one certificate")):
+        out = helm("template", "qf", CHART, "--values", values_file({"webhook": {"enabled": True, **values}}),
+                   check=False)
+        assert out.returncode != 0 and message in out.stderr, out.stderr

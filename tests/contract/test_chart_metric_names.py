@@ -87,8 +87,10 @@ def alert_queries() -> list[str]:
 def _operator_series() -> set[str]:
     """Sample names the operator's module-level metrics export (Gauges export their own name)."""
     names = set()
+    from qwen_fleet.admission.server import CERT_EXPIRY  # the webhook's certificate (QwenFleetWebhookCertificate...)
+
     for metric in (operator_metrics.READY, operator_metrics.STALLED, operator_metrics.RECONCILES,
-                   operator_metrics.DURATION):
+                   operator_metrics.DURATION, CERT_EXPIRY):
         for family in metric.collect():
             names |= {sample.name for sample in family.samples} | {family.name}
     return names

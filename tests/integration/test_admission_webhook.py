@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from qwen_fleet.admission.server import PATH, WebhookServer, WebhookSettings
-from qwen_fleet.config import OperatorConfig
+from qwen_fleet.config import Guardrails, OperatorConfig
 from qwen_fleet_dev.cluster import LocalCluster, free_port
 from tests.chart.support import one, template
 from tests.support.kube import condition, get, wait_until
@@ -176,3 +176,29 @@ def test_the_operator_process_serves_the_webhook(cluster: LocalCluster, crd: Pat
             assert code != 0 and "denied the request: WeightsDoNotFit: Qwen/Qwen3.6-27B needs" in stderr, stderr
     finally:
         proc.stop()
+
+
+def test_the_admins_guardrails_refuse_at_apply_naming_the_setting(cluster: LocalCluster, crd: Path, namespace: str,
+                                                                  tmp_path: Path) -> None:
+    """The chart's guardrails (docs/tenancy.md) through the real apiserver: a LoadBalancer Service and a Secret
+    nobody listed are refused with the chart value to change; the same spec within them passes (dry run)."""
+    cert = make_serving_cert(tmp_path / "certs")
+    rails = Guardrails(service_types=("ClusterIP",), secret_names=("hf-token",), any_secret=False)
+    settings = WebhookSettings(free_port(), cert.cert, cert.key, host="127.0.0.1")
+    server = WebhookServer(settings, OperatorConfig(guardrails=rails)).start()
+    good = yaml.safe_load((ROOT / "examples" / "qwen3-4b-instruct-a10g.yaml").read_text())["spec"]
+    token = {"huggingFace": {"tokenSecretRef": {"name": "ci-deploy-key"}}}
+    try:
+        with registered(cluster, namespace, settings.port, cert.ca):
+            wait_until("webhook in force", lambda: _in_force(cluster, namespace), 30)
+            code, stderr = _create(cluster, namespace, "public", {**good, "service": {"type": "LoadBalancer"}})
+            assert code != 0 and ("denied the request: Guardrail: service.type 'LoadBalancer' is not an allowed "
+                                  "Service type (ClusterIP; chart value guardrails.serviceTypes)") in stderr, stderr
+            code, stderr = _create(cluster, namespace, "reads", {**good, "model": {**good["model"], "source": token}})
+            assert code != 0 and "model.source.huggingFace.tokenSecretRef names Secret 'ci-deploy-key'" in stderr
+            token["huggingFace"]["tokenSecretRef"]["name"] = "hf-token"
+            allowed = cluster.kubectl("create", "--dry-run=server", "-n", namespace, "-f", "-", check=False,
+                                      input=_doc("reads", {**good, "model": {**good["model"], "source": token}}))
+            assert allowed.returncode == 0, allowed.stderr
+    finally:
+        server.stop()

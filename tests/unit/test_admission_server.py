@@ -4,13 +4,18 @@ Secret's files replaced in place) is served to new connections without a restart
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import ssl
+import subprocess
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 
-from qwen_fleet.admission.server import PATH, WebhookServer, WebhookSettings
+from prometheus_client import REGISTRY
+
+from qwen_fleet.admission.server import PATH, CertificateFiles, WebhookServer, WebhookSettings
 from qwen_fleet.config import OperatorConfig
 from qwen_fleet_dev.cluster import free_port
 from tests.support.webhook_certs import make_serving_cert
@@ -55,3 +60,28 @@ def test_answers_reviews_and_serves_a_rotated_certificate(tmp_path: Path) -> Non
         assert after == ssl.PEM_cert_to_DER_cert(second.cert.read_text())
     finally:
         server.stop()
+
+
+def _openssl_end_date(cert: Path) -> float:
+    """The oracle: openssl's reading of notAfter, not the stdlib decoder the server uses."""
+    out = subprocess.run(["openssl", "x509", "-enddate", "-noout", "-in", str(cert)], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    when = datetime.strptime(out.removeprefix("notAfter="), "%b %d %H:%M:%S %Y %Z")
+    return when.replace(tzinfo=UTC).timestamp()
+
+
+def test_the_certificates_expiry_is_a_metric_that_follows_rotation(tmp_path: Path) -> None:
+    short, long = make_serving_cert(tmp_path / "a", days=2), make_serving_cert(tmp_path / "b", days=40)
+    mounted = tmp_path / "mounted"
+    mounted.mkdir()
+    for name in ("tls.crt", "tls.key"):
+        shutil.copy(short.cert.with_name(name), mounted / name)
+    files = CertificateFiles(mounted / "tls.crt", mounted / "tls.key")
+    metric = "qwen_fleet_webhook_cert_expiry_timestamp_seconds"
+    assert REGISTRY.get_sample_value(metric) == _openssl_end_date(short.cert)
+    for name in ("tls.crt", "tls.key"):
+        shutil.copy(long.cert.with_name(name), mounted / name)
+    os.utime(mounted / "tls.crt", (1, 1))  # a new mtime even within the filesystem's timestamp granularity
+    assert files.reload()
+    assert REGISTRY.get_sample_value(metric) == _openssl_end_date(long.cert)
+    assert _openssl_end_date(long.cert) - _openssl_end_date(short.cert) > 37 * 86400

@@ -1,6 +1,7 @@
 """The webhook's decision, pure: an AdmissionReview request in, an AdmissionReview response out.
 
-It refuses exactly what would end ``Stalled`` for a reason the spec alone decides (the planner's problems,
+It refuses what the platform admin's guardrails do not allow (admission/guardrails.py; QwenInference and
+QwenBatch), and exactly what would end ``Stalled`` for a reason the spec alone decides (the planner's problems,
 or a spec the API models refuse), with the Stalled condition's message. It never refuses a change that leaves
 ``spec`` alone (labels, finalizers, an object being deleted): an object stored before the webhook existed,
 or while it was down, must stay editable and deletable.
@@ -12,6 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from qwen_fleet.admission import guardrails
 from qwen_fleet.api import QwenInference
 from qwen_fleet.api.messages import validation_message  # the Stalled condition's InvalidSpec text
 from qwen_fleet.config import OperatorConfig
@@ -28,6 +30,10 @@ def decide(request: dict[str, Any], config: OperatorConfig) -> tuple[str, str] |
         return None
     if request.get("operation") == "UPDATE" and (request.get("oldObject") or {}).get("spec") == obj.get("spec"):
         return None
+    kind = (request.get("kind") or {}).get("kind") or obj.get("kind") or "QwenInference"
+    refused = guardrails.refusal(kind, obj.get("spec") or {}, config.guardrails)
+    if refused is not None or kind != "QwenInference":  # a QwenBatch: the guardrails only
+        return refused
     try:
         cr = QwenInference.model_validate({"metadata": metadata, "spec": obj.get("spec") or {}})
     except ValidationError as err:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
+from prometheus_client import Gauge
 
 from qwen_fleet.admission.review import review
 from qwen_fleet.config import OperatorConfig
@@ -24,6 +25,16 @@ from qwen_fleet.config import OperatorConfig
 log = logging.getLogger(__name__)
 PATH = "/validate"
 RELOAD_SECONDS = 30.0
+# The chart's alert QwenFleetWebhookCertificateExpiring reads it: with failurePolicy Ignore an expired
+# certificate silently turns validation off, so the expiry must be visible before it happens.
+CERT_EXPIRY = Gauge("qwen_fleet_webhook_cert_expiry_timestamp_seconds",
+                    "notAfter of the admission webhook's serving certificate (Unix time)")
+
+
+def not_after(cert_file: Path) -> float:
+    """The certificate's notAfter, in Unix seconds (the stdlib's decoder; no cryptography package needed)."""
+    decoded = ssl._ssl._test_decode_cert(str(cert_file))  # type: ignore[attr-defined]
+    return float(ssl.cert_time_to_seconds(decoded["notAfter"]))
 
 
 @dataclass(frozen=True)
@@ -54,6 +65,7 @@ class CertificateFiles:
             return False
         self.context.load_cert_chain(self.cert_file, self.key_file)
         self._stamp = stamp
+        CERT_EXPIRY.set(not_after(self.cert_file))
         return True
 
 
