@@ -53,6 +53,12 @@ BURST_CLIENTS = 32  # 8x maxNumSeqs: ~28 waiting -> ceil(28 / 5) = 6 wanted, wel
 # waiting) a loaded 2-core machine's API server fell behind, the engine's queue emptied for seconds at a time
 # (its own log: waiting 28, 3, 1, 0, 17, 0) and the HPA read 0 and said TooFewReplicas mid-burst.
 BURST_TOKENS = 512
+# The burst's clients send until end_burst() stops them; this limit is only a guard against a child left behind.
+# It must outlast every wait made with the load on (queue, scale-up, maxReplicas, the CR's ScalingLimited, the
+# test's own checks after burst(): up to ~25 min of ceilings). Burst's default, 300 s, ended the load mid-test on
+# a loaded 2-core machine: the queue read 0, the HPA said TooFewReplicas, and the wait for the at-max reason could
+# only time out (issue 30: samples with queue 0 from 258 s on).
+BURST_LIMIT_S = 3600
 # ScalingLimited reasons of a fleet held at maxReplicas by the HPA (not the TooFewReplicas of a queue read as 0).
 AT_MAX_REASONS = ("TooManyReplicas", "ScaleUpLimit")
 MIN_REPLICAS, MAX_REPLICAS = 1, 3
@@ -129,6 +135,7 @@ class Sample:
     prom_scrape_s: float | None  # and how long its last scrape took
     hpa_metrics: dict[str, float]  # the HPA's view: current average value per metric
     phase: str
+    load_in_flight: int | None = None  # the load's requests in flight (None: no load, or its clients stopped)
 
 
 @dataclass
@@ -238,7 +245,8 @@ class Scenario:
             waiting=metrics.get("vllm:num_requests_waiting", 0.0),
             running=metrics.get("vllm:num_requests_running", 0.0),
             prom_waiting=prom.get("waiting"), prom_up=prom.get("up"), prom_scrape_s=prom.get("scrape_s"),
-            hpa_metrics=_hpa_metrics(hpa), phase=self.phase))
+            hpa_metrics=_hpa_metrics(hpa), phase=self.phase,
+            load_in_flight=self.load.in_flight if self.load is not None and self.load.alive() else None))
 
     def _prometheus_view(self) -> dict[str, float]:
         """Prometheus' side of the queue signal, so a failure says which link read 0."""
@@ -282,6 +290,13 @@ class Scenario:
         """What a timeout message needs to be read without a rerun: the sampler's notes (a sample that failed
         says why) and the conditions the HPA and the CR show now."""
         out = [f"notes: {self.rec.notes[-5:]}"]
+        if self.load is not None:
+            load = self.load
+            out.append(f"load: {'sending' if load.alive() else 'stopped'}, {load.done} done, {load.failed} failed, "
+                       f"{load.in_flight} in flight, errors {load.errors[-2:]}")
+        with contextlib.suppress(Exception):  # a pod's Ready says whether kwok's fake node still vouches for it
+            ready = [(p["metadata"]["name"], _condition(p, "Ready").get("status")) for p in self.pods()]
+            out.append(f"fleet pods' Ready: {ready}")
         for name, get in (("HPA", self.hpa), ("CR", self.qwi)):
             try:
                 obj = get() or {}
@@ -302,8 +317,11 @@ class Scenario:
 
     # --- phases ---------------------------------------------------------------------------------------
 
-    def deploy(self) -> None:
-        self.cluster.kubectl("apply", "-n", self.ns, "-f", "-", input=json.dumps(fleet_manifest(self.ns)))
+    def deploy(self, manifest: dict[str, Any] | None = None) -> None:
+        """Apply the fleet (``fleet_manifest`` unless another is given), map the server to its first pod and
+        start the sampler."""
+        manifest = fleet_manifest(self.ns) if manifest is None else manifest
+        self.cluster.kubectl("apply", "-n", self.ns, "-f", "-", input=json.dumps(manifest))
         self.wait("a running pod of the fleet", self.pods, 120)
         self._sync_targets(self.pods())
         self._engine = threading.Thread(target=self._engine_loop, daemon=True)
@@ -333,7 +351,7 @@ class Scenario:
         """Start the burst; return (load still on) once the fleet is at maxReplicas and the CR says why it
         stops there: the CR as it was at that moment."""
         self.phase = "burst"
-        self.load = Burst(self.vllm.base_url, clients, max_tokens=BURST_TOKENS).start()
+        self.load = Burst(self.vllm.base_url, clients, max_tokens=BURST_TOKENS, limit_s=BURST_LIMIT_S).start()
         self.rec.mark("burst_start")
         self.wait("a queue on the vLLM server", lambda: self.vllm.metrics().get(
             "vllm:num_requests_waiting", 0) > 0, 60)

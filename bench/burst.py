@@ -49,6 +49,10 @@ class Burst:
         self._reader.start()
         return self
 
+    def alive(self) -> bool:
+        """Whether the child still runs: it stops by itself at ``limit_s``, sending nothing from then on."""
+        return self._proc is not None and self._proc.poll() is None
+
     def _read(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None
         for line in self._proc.stdout:

@@ -44,6 +44,11 @@ CUSTOM_METRICS_GROUP = "custom.metrics.k8s.io"
 CUSTOM_METRICS_VERSIONS = ("v1beta2", "v1beta1")
 ADAPTER_NAMESPACE = "kube-system"
 ADAPTER_SERVICE = "qwen-fleet-prometheus-adapter"
+# The operator's own job: the chart's ServiceMonitor sets no scrapeTimeout, so Prometheus gives each scrape its
+# default 10 s. The 1 s scrapes of the engine's job (whose timeout cannot exceed its interval) would give the
+# operator a tenth of that: a Python process answering late on a loaded machine read as down (up 0, the
+# QwenFleetOperatorDown expression true) though it served. Every 10 s with the production timeout.
+OPERATOR_SCRAPE = "10s"
 # The Prometheus label the operator's ServiceMonitor makes from the pod label qwenfleet.io/inference.
 POD_TARGET_LABELS = ("qwenfleet.io/inference",)
 ADAPTER_RULES_TEMPLATE = "prometheus-adapter-rules.yaml"
@@ -235,6 +240,7 @@ class MetricsStack:
                  "file_sd_configs": sd("dcgm"), "relabel_configs": _service_monitor_relabelling()},
                 # The chart's ServiceMonitor for the operator: honorLabels keeps its gauges' namespace/name.
                 {"job_name": "serviceMonitor/qwen-fleet/operator/0", "honor_labels": True,
+                 "scrape_interval": OPERATOR_SCRAPE, "scrape_timeout": OPERATOR_SCRAPE,
                  "metrics_path": "/metrics", "file_sd_configs": sd("operator"),
                  "relabel_configs": [*_service_monitor_relabelling(), job_from_service]},
             ],

@@ -74,7 +74,8 @@ class OperatorProcess:
             return ""
 
     def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as resp:
+        # A ceiling, not a speed bar: a loaded 2-core machine can keep a Python process waiting for seconds.
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=30) as resp:
             return str(resp.read().decode())
 
 
