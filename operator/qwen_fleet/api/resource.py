@@ -12,6 +12,7 @@ from qwen_fleet.api.fleet import GpuSpec, NcclSpec, Parallelism, Resources, Sche
 from qwen_fleet.api.pools import MAX_POOLS, POOL_SPEC_RULES, Pool
 from qwen_fleet.api.routing import RoutingSpec
 from qwen_fleet.api.scaling import Autoscaling, Monitoring, Rollout
+from qwen_fleet.api.security import PodSecurity
 from qwen_fleet.api.serving import ServingSpec, ServingStatus
 
 GROUP = "qwenfleet.io"
@@ -103,6 +104,9 @@ class QwenInferenceSpec(ApiModel, rules=[
     autoscaling: Autoscaling = Field(default_factory=Autoscaling, description="Queue-depth autoscaling.")
     monitoring: Monitoring = Field(default_factory=Monitoring, description="ServiceMonitor and alerts.")
     rollout: Rollout = Field(default_factory=Rollout, description="Rollout and drain.")
+    security: PodSecurity = Field(default_factory=PodSecurity, description="Who the fleet's pods run as "
+                                  "(non-root, numeric) and opt-in capabilities; every pod passes the Pod "
+                                  "Security Standard restricted profile unless ipcLock is set.")
     routing: RoutingSpec | None = Field(default=None, description="Inference-aware routing (opt-in): an "
                                         "InferencePool over the serving pods, the Gateway API Inference "
                                         "Extension's endpoint picker, an HTTPRoute to a named Gateway, request "
