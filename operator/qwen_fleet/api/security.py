@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import Field
 
 from qwen_fleet.api.base import DNS_SUBDOMAIN, ApiModel, Rule
+from qwen_fleet.api.engine_flags import flag_key, owned_dest, vllm_flags
 
 # The engine's user and group: uid 1000 is the first ordinary user of Debian and Ubuntu images (vLLM's
 # upstream image is Ubuntu), and images/vllm makes it a named user. The pod sets HOME and USER itself, so an
@@ -87,33 +88,19 @@ RESERVED_ENV: dict[str, str] = {
 }
 
 
-def _cel_string(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def cel_reserved_map() -> str:
-    """RESERVED_ENV as a CEL map literal (name -> who sets it)."""
-    return "{" + ", ".join(f"{_cel_string(k)}: {_cel_string(v)}" for k, v in RESERVED_ENV.items()) + "}"
-
-
 def first_reserved(env: Any) -> str | None:
     return next((v.name for v in env if v.name in RESERVED_ENV), None)
 
 
-def reserved_env_message(field: str, name: str) -> str:
-    return (f"{field} must not set a variable the operator owns: {name} is set by {RESERVED_ENV[name]} "
-            "(docs/security.md lists every reserved name)")
-
-
-def cel_reserved_message(field: str, env: str) -> str:
-    """reserved_env_message() in CEL for the first reserved name of the list ``env``."""
-    first = f"{env}.filter(e, e.name in {cel_reserved_map()})[0].name"
-    return (f"'{field} must not set a variable the operator owns: ' + {first} + ' is set by ' + "
-            f"{cel_reserved_map()}[{first}] + ' (docs/security.md lists every reserved name)'")
+def reserved_env_message(field: str) -> str:
+    # One static text: a messageExpression naming the variable exceeds the apiserver's CEL cost estimate.
+    return (f"{field} must not set a variable that the operator, the GPU device plugin, the LeaderWorkerSet "
+            f"webhook or vLLM's launch sets ({', '.join(RESERVED_ENV)}): use the typed field (docs/security.md "
+            "says which)")
 
 
 def cel_no_reserved(env: str) -> str:
-    return f"!has({env}) || {env}.all(e, !(e.name in {cel_reserved_map()}))"
+    return f"!has({env}) || {env}.all(e, !(e.name in {list(RESERVED_ENV)}))"
 
 
 def cel_unique_names(env: str) -> str:
@@ -132,6 +119,30 @@ SECRET_FLAGS: dict[str, str] = {
     "--hf-token": "model.source.huggingFace.tokenSecretRef (a Secret key, passed as HF_TOKEN through "
                   "secretKeyRef)",
 }
+# extraArgs flags whose value is a secret, in every form vLLM's parser reads as them.
+SECRET_OPTIONS = frozenset(option for flag in vllm_flags().flags if set(flag.options) & set(SECRET_FLAGS)
+                           for option in flag.options)
+# ... and every key vLLM's parser resolves to one of them (--api-k abbreviates --api-key): a short literal for CEL,
+# instead of vLLM's whole option table (the extraArgs rules share one runtime cost budget).
+SECRET_KEYS = sorted({option[:n] for option in SECRET_OPTIONS for n in range(3, len(option) + 1)
+                      if owned_dest(option[:n], SECRET_OPTIONS)})
+
+
+def secret_flag(arg: str) -> bool:
+    """Whether vLLM reads this extraArgs token as a flag whose value is a secret (--api-key, --hf-token)."""
+    key = flag_key(arg)
+    return key is not None and owned_dest(key, SECRET_OPTIONS)
+
+
+def not_a_flag_rule(field: str, attr: str) -> Rule:
+    """A value rendered after a flag (--model X, hf download X) must not itself read as one: argparse and the
+    download CLIs take ``--help`` for their own option (``hf download --help`` exits 0, an empty "download")."""
+    return Rule(cel=f"!has(self.{field}) || !self.{field}.startsWith('-')",
+                check=lambda m: getattr(m, attr) is None or not str(getattr(m, attr)).startswith("-"),
+                message=f"model.{field} must not begin with '-': vLLM and the model download would read it as a "
+                        "flag", field_path=f".{field}")
+
+
 SECRET_FLAGS_MESSAGE = ("engine.extraArgs must not carry a secret (--api-key, --hf-token): it would be stored in "
                         "plain text in the Deployment; use " + "; ".join(
                             f"{v} for {k}" for k, v in SECRET_FLAGS.items()))
@@ -168,21 +179,12 @@ def lws_name_limit(spec: Any) -> int:
     return _LWS_REVISION_LABEL_ROOM - len(str(groups - 1 if groups > 0 else 0))
 
 
-def _lws_name_message(limit: str, groups: str) -> str:
-    return (f"metadata.name must be at most {limit} characters for a multi-node fleet of {groups} groups: "
-            "LeaderWorkerSet labels each worker pod controller-revision-hash=<name>-<group>-<hash>, "
-            "and a label value holds at most 63 characters")
-
-
 LWS_NAME_RULE = Rule(
     cel=f"self.spec.parallelism.nodes == 1 || size(self.metadata.name) <= {_LWS_REVISION_LABEL_ROOM} - "
         f"{_CEL_LAST_GROUP_DIGITS}",
     check=lambda r: r.spec.parallelism.nodes == 1 or len(r.metadata.get("name", "")) <= lws_name_limit(r.spec),
-    message=_lws_name_message("51 - digits(groups - 1)", "N"),
-    message_expression=f"'metadata.name must be at most ' + string({_LWS_REVISION_LABEL_ROOM} - "
-                       f"{_CEL_LAST_GROUP_DIGITS}) + ' characters for a multi-node fleet of ' + "
-                       f"string({_CEL_GROUPS}) + ' groups: LeaderWorkerSet labels each worker pod "
-                       "controller-revision-hash=<name>-<group>-<hash>, and a label value holds at most 63 "
-                       "characters'",
-    message_for=lambda r: _lws_name_message(str(lws_name_limit(r.spec)), str(_groups(r.spec))),
+    message="metadata.name is too long for a multi-node fleet: LeaderWorkerSet labels each worker pod "
+            "controller-revision-hash=<name>-<group>-<hash of up to 10 characters>, and a label value holds at most "
+            "63 characters, so the name may have 51 characters less the digits of the last group index (50 for up "
+            "to 10 groups, 49 up to 100, 48 up to 1000; groups: replicas, or autoscaling.maxReplicas)",
 )
