@@ -151,3 +151,10 @@ def test_the_checker_catches_each_control(case: tuple[dict[str, Any], str]) -> N
     pod, expected = case
     assert restricted_violations(COMPLIANT) == []
     assert any(expected in v for v in restricted_violations(pod)), restricted_violations(pod)
+
+
+def test_docs_list_every_reserved_variable() -> None:
+    from qwen_fleet.api.security import RESERVED_ENV
+
+    text = (ROOT / "docs" / "security.md").read_text()
+    assert [name for name in RESERVED_ENV if f"`{name}`" not in text] == []
