@@ -183,6 +183,10 @@ def _volumes(cr: QwenInference, plan: Plan) -> tuple[list[dict[str, Any]], list[
         volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": pvc.claim_name,
                                                                     "readOnly": pvc.read_only}})
         mounts.append({"name": "model", "mountPath": MODEL_MOUNT, "readOnly": pvc.read_only})
+        # HF_HOME writable all the same: the non-root engine cannot create it in the image (transformers keeps
+        # its modules cache there, huggingface_hub its lock files).
+        volumes.append({"name": "hf-cache", "emptyDir": {}})
+        mounts.append({"name": "hf-cache", "mountPath": HF_HOME})
     elif spec.model.cache is not None:
         volumes.append({"name": "hf-cache", "persistentVolumeClaim": {"claimName": model_cache_claim_name(cr)}})
         mounts.append({"name": "hf-cache", "mountPath": HF_HOME})
