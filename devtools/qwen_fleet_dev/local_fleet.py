@@ -39,9 +39,19 @@ def host_path_claim(namespace: str, claim: str, host_dir: Path, access_mode: str
     return [pv, pvc]
 
 
+def readable_by_any_user(directory: Path) -> Path:
+    """Let every user read ``directory``'s tree: the engine runs as a non-root uid (spec.security, 1000), and a
+    hostPath volume gets no fsGroup; pytest makes its temporary directories 0700."""
+    for path in (directory, *directory.rglob("*")):
+        mode = path.stat().st_mode
+        path.chmod(mode | 0o444 | (0o111 if path.is_dir() else 0))
+    return directory
+
+
 def model_volume(namespace: str, model_dir: Path) -> list[dict[str, Any]]:
-    """A hostPath PersistentVolume with the model directory and the claim bound to it by name."""
-    return host_path_claim(namespace, MODEL_CLAIM, model_dir)
+    """A hostPath PersistentVolume with the model directory (readable to the engine's user) and the claim bound to
+    it by name."""
+    return host_path_claim(namespace, MODEL_CLAIM, readable_by_any_user(model_dir))
 
 
 def cpu_fleet(name: str, image: str, replicas: int = 1, extra_args: tuple[str, ...] = (),

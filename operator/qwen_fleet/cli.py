@@ -45,6 +45,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from qwen_fleet.api import KIND, QwenInference
+    from qwen_fleet.api.advice import rollout_warning
     from qwen_fleet.api.messages import validation_message
     from qwen_fleet.config import OperatorConfig
     from qwen_fleet.plan import make_plan
@@ -78,6 +79,8 @@ def cmd_render(args: argparse.Namespace) -> int:
             continue
         for warning in plan.warnings:
             print(f"qwen-fleet: {name}: warning: {warning}", file=sys.stderr)
+        if (rollout := rollout_warning(cr.spec)) is not None:
+            print(f"qwen-fleet: {name}: warning: {rollout}", file=sys.stderr)
         out.extend(render_children(cr, plan, caps))
     if not out and not errors:
         return fail(f"no {KIND} found in {args.file}")

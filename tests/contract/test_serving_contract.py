@@ -36,6 +36,9 @@ def test_the_rule_keeps_the_rendered_command_and_engine_arguments(rendered: dict
     assert local.argv[local.argv.index("--model") + 1] == str(tiny_qwen_dir)
     assert local.argv[local.argv.index("--port") + 1] == "12345"
     assert local.env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1" and local.env["HF_HUB_OFFLINE"] == "1"
+    # The pod's HOME is an emptyDir: here a fresh directory of its own, never the host's /home/vllm.
+    home = Path(local.env["HOME"])
+    assert home.is_dir() and not any(home.iterdir()) and str(home) != "/home/vllm"
 
 
 def test_the_rule_refuses_what_a_cpu_cannot_do(rendered: dict[str, dict[str, Any]], vllm_python: str) -> None:

@@ -42,14 +42,17 @@ from tests.support.real_fleet import FleetWatch, SteadyLoad, hpa_queue_value, po
 # Ready was seen once, in the stop that added the module, and never again (8 passed cold in 706.7 s, warm 604.1 s).
 pytestmark = [pytest.mark.cluster, pytest.mark.real_fleet]
 FLEET = "tiny"
+PSS_ENFORCE = "pod-security.kubernetes.io/enforce"
 
 
 @pytest.fixture(scope="module")
 def fleet_ns(real_cluster: LocalCluster, engine_image: EngineImage, fleet_operator: OperatorRelease,
              tiny_qwen_dir: Path) -> Iterator[str]:
-    """A namespace whose fleet has answered its first chat completion."""
+    """A namespace that enforces the Pod Security Standard restricted profile (the apiserver's PodSecurity
+    admission, on by default), whose fleet has answered its first chat completion."""
     ns = f"f-{uuid.uuid4().hex[:8]}"
     real_cluster.kubectl("create", "namespace", ns)
+    real_cluster.kubectl("label", "namespace", ns, f"{PSS_ENFORCE}=restricted", f"{PSS_ENFORCE}-version=latest")
     try:
         apply(real_cluster, ns, [*model_volume(ns, tiny_qwen_dir), cpu_fleet(FLEET, engine_image.tag)])
         wait_for_answer(real_cluster, ns, FLEET)
@@ -123,6 +126,13 @@ def test_the_fleet_pod_runs_the_local_engine_image_on_the_real_node(
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
     assert volumes["model"]["persistentVolumeClaim"]["claimName"] == "tiny-model"
     assert get(real_cluster, fleet_ns, "pvc", "tiny-model")["status"]["phase"] == "Bound"
+    # Admitted and serving under restricted, as uid 1000; the namespace really enforces it (a pod that sets
+    # nothing is refused, checked by a server-side dry run).
+    assert get(real_cluster, "", "namespace", fleet_ns)["metadata"]["labels"][PSS_ENFORCE] == "restricted"
+    assert pod["spec"]["securityContext"]["runAsUser"] == 1000
+    bare = real_cluster.kubectl("run", "bare", "-n", fleet_ns, f"--image={engine_image.tag}", "--dry-run=server",
+                                check=False)
+    assert bare.returncode != 0 and 'violates PodSecurity "restricted:latest"' in bare.stderr, bare.stderr
 
 
 def test_a_chat_completion_answers_through_the_service_cluster_ip(real_cluster: LocalCluster, fleet_ns: str) -> None:

@@ -4,7 +4,8 @@ Only what has no CPU equivalent changes; the command, the engine arguments and t
 taken verbatim from the Deployment the operator renders:
 1. interpreter: ``python3`` (the image's) -> the CPU engine venv's interpreter, same vLLM version;
 2. volumes: every argument or environment value under a container mountPath is rewritten to the local
-   directory standing in for that volume (``/models`` -> the tiny model made at test time);
+   directory standing in for that volume (``/models`` -> the tiny model made at test time); an emptyDir the
+   caller names no directory for (the engine's HOME, /tmp) is a fresh temporary directory, as in a new pod;
 3. network: ``--port N`` -> a free loopback port, plus ``--host 127.0.0.1`` (a pod listens on its own IP; a test
    that gives its fake pods loopback addresses of their own passes that address as ``host``);
 4. GPUs: the ``nvidia.com/gpu`` request has no CPU equivalent and is dropped; the KV-cache memory that
@@ -15,6 +16,7 @@ taken verbatim from the Deployment the operator renders:
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,9 +43,17 @@ def rewrite_mounts(value: str, mounts: dict[str, Path]) -> str:
     return value
 
 
+def _disk_empty_dir(volume: dict[str, Any]) -> bool:
+    return "emptyDir" in volume and volume["emptyDir"].get("medium") != "Memory"  # /dev/shm stays the host's
+
+
 def local_process(deployment: dict[str, Any], python: str, volumes: dict[str, Path], port: int,
                   host: str = "127.0.0.1") -> LocalProcess:
     container = _server(deployment)
+    pod_volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"].get("volumes", [])}
+    fresh = {m["name"]: Path(tempfile.mkdtemp(prefix=f"qf-{m['name']}-")) for m in container.get("volumeMounts", [])
+             if m["name"] not in volumes and _disk_empty_dir(pod_volumes.get(m["name"], {}))}
+    volumes = {**fresh, **volumes}
     mounts = {m["mountPath"]: volumes[m["name"]] for m in container.get("volumeMounts", []) if m["name"] in volumes}
     argv = [*container["command"], *container["args"]]
     assert argv[0] == "python3", argv[0]

@@ -133,3 +133,17 @@ def test_crd_is_structural_and_has_the_subresources_and_columns() -> None:
 ])
 def test_owned_flag_detection(arg: str, owned: bool) -> None:
     assert owned_flag(arg) is owned
+
+
+@pytest.mark.parametrize(("length", "groups", "admitted"), [(50, 1, True), (51, 1, False), (50, 10, True),
+                                                            (50, 11, False), (49, 100, True), (48, 1000, True)])
+def test_multi_node_name_limit_follows_the_last_group_index(length: int, groups: int, admitted: bool) -> None:
+    """<name>-<last group index>-<10-character revision hash> must fit a 63-character label value."""
+    doc = {"metadata": {"name": "q" * length},
+           "spec": merged({"parallelism": {"tensor": 8, "nodes": 2}, "replicas": groups})}
+    assert (len(f"{'q' * length}-{groups - 1}-{'h' * 10}") <= 63) is admitted
+    if admitted:
+        QwenInference.model_validate(doc)
+    else:
+        with pytest.raises(ValidationError, match="too long for a multi-node fleet"):
+            QwenInference.model_validate(doc)

@@ -54,11 +54,14 @@ def test_prefetch_job_downloads_the_revision_into_the_cache_claim_with_the_engin
     (container,) = pod["containers"]
     assert container["command"] == ["hf", "download", MODEL, "--revision", "v1"]
     env = _env(container)
-    assert env["HF_HOME"] == "/root/.cache/huggingface"
+    assert env["HF_HOME"] == "/var/cache/huggingface"
     assert env["HF_TOKEN"] == {"secretKeyRef": {"name": "hf", "key": "tok"}}
     assert env["HF_ENDPOINT"] == "https://hf-mirror.com"
-    assert pod["volumes"] == [{"name": "hf-cache", "persistentVolumeClaim": {"claimName": "q-model-cache"}}]
-    assert container["volumeMounts"] == [{"name": "hf-cache", "mountPath": "/root/.cache/huggingface"}]
+    assert pod["volumes"] == [{"name": "hf-cache", "persistentVolumeClaim": {"claimName": "q-model-cache"}},
+                              {"name": "home", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}]
+    assert container["volumeMounts"] == [{"name": "hf-cache", "mountPath": "/var/cache/huggingface"},
+                                         {"name": "home", "mountPath": "/home/vllm"},
+                                         {"name": "tmp", "mountPath": "/tmp"}]
     assert pod["restartPolicy"] == "Never" and job["spec"]["backoffLimit"] == 3
     assert "activeDeadlineSeconds" not in job["spec"] and "ttlSecondsAfterFinished" not in job["spec"]
     assert "nvidia.com/gpu" not in str(pod)  # a download needs no GPU
@@ -102,7 +105,7 @@ def test_modelscope_source_sets_vllm_s_switch_and_keeps_its_cache_on_the_cache_v
     engine = _engine_env(cr)
     # vLLM 0.32 envs.py reads VLLM_USE_MODELSCOPE as .strip().lower() in ("1", "true").
     assert engine["VLLM_USE_MODELSCOPE"].strip().lower() in ("1", "true")
-    assert engine["MODELSCOPE_CACHE"].startswith("/root/.cache/huggingface/")
+    assert engine["MODELSCOPE_CACHE"].startswith("/var/cache/huggingface/")
     assert engine["MODELSCOPE_DOMAIN"] == "www.modelscope.ai"
     assert engine["MODELSCOPE_API_TOKEN"] == {"secretKeyRef": {"name": "ms", "key": "token"}}
     assert engine["HF_HUB_OFFLINE"] == "1" and "HF_TOKEN" not in engine

@@ -54,7 +54,9 @@ def test_preflight_init_container_has_the_servers_nccl_environment_and_gpus() ->
     (init,) = pod["initContainers"]
     (server,) = pod["containers"]
     nccl = [e for e in server["env"] if e["name"].startswith(("NCCL_", "TORCH_NCCL_"))]
-    assert init["env"] == nccl
+    assert [e for e in init["env"] if e["name"].startswith(("NCCL_", "TORCH_NCCL_"))] == nccl
+    # the rest is where a non-root process writes: the server's own HOME and USER
+    assert [e for e in init["env"] if e not in nccl] == [e for e in server["env"] if e["name"] in ("HOME", "USER")]
     assert {e["name"] for e in nccl} >= {"NCCL_IB_DISABLE", "NCCL_ALGO", "TORCH_NCCL_ASYNC_ERROR_HANDLING"}
     assert init["resources"] == server["resources"]
     assert init["image"] == server["image"]

@@ -23,6 +23,18 @@ from qwen_fleet.api.engine_flags import (
     unknown_flag_message,
     vllm_flags,
 )
+from qwen_fleet.api.security import (
+    RESERVED_ENV,
+    SECRET_FLAGS_MESSAGE,
+    SECRET_KEYS,
+    cel_no_reserved,
+    cel_unique_names,
+    first_reserved,
+    not_a_flag_rule,
+    reserved_env_message,
+    secret_flag,
+    unique_names,
+)
 from qwen_fleet.api.serving import RopeScaling
 
 Quantization = Literal[
@@ -57,16 +69,16 @@ OWNED_FLAGS: tuple[str, ...] = (
 # Every option string of those flags in vLLM's own table (--no-enforce-eager, -tp, ...).
 OWNED_OPTIONS = frozenset(option for flag in vllm_flags().flags if flag.dest.replace("_", "-") in OWNED_FLAGS
                           for option in flag.options)
-# Environment variables the operator sets itself from typed fields.
-OWNED_ENV = ("HF_TOKEN", "HF_HOME", "HF_HUB_OFFLINE", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_IB_DISABLE",
-             "NCCL_P2P_DISABLE", "NCCL_SOCKET_IFNAME", "NCCL_DEBUG", "VLLM_PORT", "VLLM_USE_MODELSCOPE",
-             "MODELSCOPE_CACHE", "MODELSCOPE_API_TOKEN")
+# Environment variables the operator, the device plugin or vLLM's launch sets (api/security.py).
+OWNED_ENV = tuple(RESERVED_ENV)
+
 
 
 def owned_flag(arg: str) -> bool:
     """Whether vLLM reads this extraArgs token as a flag a typed field owns."""
     key = flag_key(arg)
     return key is not None and owned_dest(key, OWNED_OPTIONS)
+
 
 
 CONFIG_KEY = r"^[-._a-zA-Z0-9]+$"
@@ -181,7 +193,8 @@ class ModelSpec(ApiModel, rules=[Rule(
     check=lambda m: m.cache is None or not m.cache.prefetch.enabled or m.source.pvc is None,
     message="model.cache.prefetch downloads into the cache claim; a pvc source is already filled: remove "
             "model.cache or use a huggingFace or modelScope source",
-)]):
+), not_a_flag_rule("name", "name"), not_a_flag_rule("revision", "revision"),
+    not_a_flag_rule("servedModelName", "served_model_name")]):
     """The model to serve."""
 
     name: str = Field(description="Hugging Face (or ModelScope) repo id (e.g. Qwen/Qwen3-4B-Instruct-2507). It "
@@ -287,6 +300,11 @@ class EngineSpec(ApiModel, rules=[
                 "needs a token in every batch)",
     ),
     Rule(
+        cel="!has(self.extraArgs) || " + cel_each_flag_key("self.extraArgs", f"!(k in {SECRET_KEYS})"),
+        check=lambda e: not any(secret_flag(a) for a in e.extra_args),
+        message=SECRET_FLAGS_MESSAGE,
+    ),
+    Rule(
         cel="!has(self.extraArgs) || " + cel_with_tables(OWNED_OPTIONS, cel_each_flag_key(
             "self.extraArgs", "!" + cel_owned("k"))),
         check=lambda e: not any(owned_flag(a) for a in e.extra_args),
@@ -311,12 +329,12 @@ class EngineSpec(ApiModel, rules=[
         message_for=lambda e: stray_value_message(first_stray_value(e.extra_args) or ""),
     ),
     Rule(
-        cel="!has(self.env) || self.env.all(e, !(e.name in " + str(list(OWNED_ENV)) + "))",
-        check=lambda e: not any(v.name in OWNED_ENV for v in e.env),
-        message="engine.env must not set a variable the operator owns (" + ", ".join(OWNED_ENV) + "): use "
-                "the typed field (nccl.*, model.source.huggingFace.tokenSecretRef, model.source.modelScope, "
-                "service.port)",
+        cel=cel_no_reserved("self.env"),
+        check=lambda e: first_reserved(e.env) is None,
+        message=reserved_env_message("engine.env"),
     ),
+    Rule(cel=cel_unique_names("self.env"), check=lambda e: unique_names(e.env),
+         message="engine.env names must be unique (a second definition of a name would hide the first)"),
     Rule(cel="!has(self.swapSpace)", check=lambda e: e.swap_space is None,
          message="engine.swapSpace was removed from vLLM (--swap-space is gone); use engine.kvOffloadGiB, "
                  "vLLM's CPU KV offload (--kv-offloading-size)"),

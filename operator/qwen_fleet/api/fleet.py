@@ -17,6 +17,13 @@ from qwen_fleet.api.base import (
     map_keys_rule,
 )
 from qwen_fleet.api.engine import EnvVar
+from qwen_fleet.api.security import (
+    cel_no_reserved,
+    cel_unique_names,
+    first_reserved,
+    reserved_env_message,
+    unique_names,
+)
 from qwen_fleet.catalog.gpus import ALL_GPUS
 
 _GPUS = "self.tensor * self.pipeline * self.data"
@@ -187,7 +194,12 @@ class NcclSpec(ApiModel, rules=[Rule(
     cel="!has(self.env) || self.env.all(e, e.name.startsWith('NCCL_') || e.name.startsWith('TORCH_NCCL_'))",
     check=lambda n: all(e.name.startswith(("NCCL_", "TORCH_NCCL_")) for e in n.env),
     message="nccl.env may only set NCCL_* and TORCH_NCCL_* variables; use engine.env for others",
-)]):
+), Rule(
+    cel=cel_no_reserved("self.env"),
+    check=lambda n: first_reserved(n.env) is None,
+    message=reserved_env_message("nccl.env"),
+), Rule(cel=cel_unique_names("self.env"), check=lambda n: unique_names(n.env),
+        message="nccl.env names must be unique (a second definition of a name would hide the first)")]):
     """NCCL and torch.distributed settings for multi-GPU replicas (set on every GPU pod)."""
 
     debug: Literal["VERSION", "WARN", "INFO", "TRACE"] | None = Field(

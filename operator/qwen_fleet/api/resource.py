@@ -12,6 +12,7 @@ from qwen_fleet.api.fleet import GpuSpec, NcclSpec, Parallelism, Resources, Sche
 from qwen_fleet.api.pools import MAX_POOLS, POOL_SPEC_RULES, Pool
 from qwen_fleet.api.routing import RoutingSpec
 from qwen_fleet.api.scaling import Autoscaling, Monitoring, Rollout
+from qwen_fleet.api.security import ENV_SPEC_RULES, LWS_NAME_RULE, PodSecurity
 from qwen_fleet.api.serving import ServingSpec, ServingStatus
 
 GROUP = "qwenfleet.io"
@@ -72,6 +73,7 @@ class QwenInferenceSpec(ApiModel, rules=[
          message="routing.scorers.prefixCache must be 0 with engine.enablePrefixCaching: false: the endpoint picker "
                  "would send requests after prefix hits vLLM does not have"),
     *POOL_SPEC_RULES,
+    *ENV_SPEC_RULES,
     Rule(cel="!has(self.routing) || !has(self.autoscaling.scaleToZero)",
          check=lambda s: s.routing is None or s.autoscaling.scale_to_zero is None,
          message="spec.routing cannot be combined with autoscaling.scaleToZero: the endpoint picker sends each "
@@ -103,6 +105,9 @@ class QwenInferenceSpec(ApiModel, rules=[
     autoscaling: Autoscaling = Field(default_factory=Autoscaling, description="Queue-depth autoscaling.")
     monitoring: Monitoring = Field(default_factory=Monitoring, description="ServiceMonitor and alerts.")
     rollout: Rollout = Field(default_factory=Rollout, description="Rollout and drain.")
+    security: PodSecurity = Field(default_factory=PodSecurity, description="Who the fleet's pods run as "
+                                  "(non-root, numeric) and opt-in capabilities; every pod passes the Pod "
+                                  "Security Standard restricted profile unless ipcLock is set.")
     routing: RoutingSpec | None = Field(default=None, description="Inference-aware routing (opt-in): an "
                                         "InferencePool over the serving pods, the Gateway API Inference "
                                         "Extension's endpoint picker, an HTTPRoute to a named Gateway, request "
@@ -365,7 +370,7 @@ OWN_CACHE_CLAIM_RULE = Rule(
 
 
 class QwenInference(NamedObject, ApiModel, rules=[NAME_RULE, NAME_FORMAT_RULE, POOL_NAME_RULE,
-                                                  OWN_CACHE_CLAIM_RULE]):
+                                                  LWS_NAME_RULE, OWN_CACHE_CLAIM_RULE]):
     """A fleet of vLLM servers for one Qwen model, with its Service and autoscaler."""
 
     api_version: Literal["qwenfleet.io/v1alpha1"] = Field(default="qwenfleet.io/v1alpha1", alias="apiVersion",

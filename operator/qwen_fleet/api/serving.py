@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import Field
 
 from qwen_fleet.api.base import TOKEN, ApiModel, Rule
+from qwen_fleet.api.security import ApiKeySecretRef
 
 Task = Literal["generate", "embed", "score"]
 # vLLM 0.32 registry names that read Qwen output; "none" switches a family default off.
@@ -139,6 +140,11 @@ class ServingSpec(ApiModel, rules=[
     multimodal: Multimodal | None = Field(default=None, description="Media limits per prompt, or text-only "
                                           "serving of a vision-language model (Qwen3-VL, Qwen3.5/3.6). Refused "
                                           "for a text-only model.")
+    api_key_secret_ref: ApiKeySecretRef | None = Field(default=None, description="A Secret key holding the "
+                                                       "API key clients must send (Authorization: Bearer) on "
+                                                       "/v1: passed to vLLM as VLLM_API_KEY through "
+                                                       "secretKeyRef, never in the spec or the Deployment. "
+                                                       "/health and /metrics stay open to probes and scrapes.")
 
 
 class RopeScaling(ApiModel, rules=[

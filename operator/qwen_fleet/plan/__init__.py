@@ -24,7 +24,8 @@ from qwen_fleet.plan.serving import ServingPlan, plan_serving
 __all__ = ["HF_HOME", "MODEL_MOUNT", "Plan", "PoolPlan", "Problem", "default_shm_bytes", "make_plan", "pool_view"]
 
 MODEL_MOUNT = "/models"
-HF_HOME = "/root/.cache/huggingface"
+# Outside HOME (an emptyDir): a mount point inside another volume is made by root, unwritable to the engine.
+HF_HOME = "/var/cache/huggingface"
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,13 @@ from qwen_fleet.render.common import (
     selector_labels,
 )
 from qwen_fleet.render.engine_args import SERVER_COMMAND, engine_args
+from qwen_fleet.render.security import (
+    container_security_context,
+    pod_security_context,
+    user_env,
+    writable_mounts,
+    writable_volumes,
+)
 
 PREFLIGHT_CONTAINER = "nccl-preflight"
 PREFLIGHT_MOUNT = SCRIPT_MOUNT_PATH.rsplit("/", 1)[0]
@@ -110,8 +117,10 @@ def prefetched(cr: QwenInference) -> bool:
 def _server_env(cr: QwenInference) -> list[dict[str, Any]]:
     source = cr.spec.model.source
     mine = {v.name for v in cr.spec.engine.env}
-    env: list[dict[str, Any]] = [{"name": "HF_HOME", "value": HF_HOME}]
+    env: list[dict[str, Any]] = [*user_env(), {"name": "HF_HOME", "value": HF_HOME}]
     env += [{"name": name, "value": value} for name, value in ENGINE_ENV_DEFAULTS if name not in mine]
+    if cr.spec.serving.api_key_secret_ref is not None:
+        env.append(_secret_env("VLLM_API_KEY", cr.spec.serving.api_key_secret_ref))
     # Weights on a filled claim or fetched by the prefetch Job: never reach out to a hub (HF_HUB_OFFLINE also
     # makes vLLM's ModelScope download local_files_only, weight_utils.maybe_download_from_modelscope).
     if source.pvc is not None or prefetched(cr):
@@ -166,13 +175,18 @@ def _probes(cr: QwenInference) -> dict[str, Any]:
 
 def _volumes(cr: QwenInference, plan: Plan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     spec = cr.spec
-    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": plan.shm_size}}]
-    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": plan.shm_size}},
+                                     *writable_volumes()]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}, *writable_mounts()]
     pvc = spec.model.source.pvc
     if pvc is not None:
         volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": pvc.claim_name,
                                                                     "readOnly": pvc.read_only}})
         mounts.append({"name": "model", "mountPath": MODEL_MOUNT, "readOnly": pvc.read_only})
+        # HF_HOME writable all the same: the non-root engine cannot create it in the image (transformers keeps
+        # its modules cache there, huggingface_hub its lock files).
+        volumes.append({"name": "hf-cache", "emptyDir": {}})
+        mounts.append({"name": "hf-cache", "mountPath": HF_HOME})
     elif spec.model.cache is not None:
         volumes.append({"name": "hf-cache", "persistentVolumeClaim": {"claimName": model_cache_claim_name(cr)}})
         mounts.append({"name": "hf-cache", "mountPath": HF_HOME})
@@ -213,10 +227,11 @@ def _preflight_container(cr: QwenInference, plan: Plan, resources: dict[str, Any
         "command": command[:2],
         "args": command[2:],
         # Exactly the server's NCCL environment: the check must see the fabric vLLM will use.
-        "env": nccl_env(cr),
+        "env": [*user_env(), *nccl_env(cr)],
         "resources": copy.deepcopy(resources),
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"},
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, *writable_mounts(),
                          {"name": "nccl-preflight", "mountPath": PREFLIGHT_MOUNT, "readOnly": True}],
+        "securityContext": container_security_context(cr, engine=True),
         # The JSON report is the termination message; on a crash the log tail is the next best thing.
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
@@ -259,7 +274,7 @@ def render_deployment(cr: QwenInference, plan: Plan) -> dict[str, Any]:
         "resources": resources,
         "volumeMounts": mounts,
         **_probes(cr),
-        "securityContext": {"allowPrivilegeEscalation": False},
+        "securityContext": container_security_context(cr, engine=True),
         # When the engine exits with an error, the tail of its log becomes the termination message, so status
         # can say why (a flag vLLM refuses, a max length the model does not allow) without reading logs.
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -272,6 +287,7 @@ def render_deployment(cr: QwenInference, plan: Plan) -> dict[str, Any]:
         # Service links would inject e.g. VLLM_PORT=tcp://... for a Service named "vllm", which vLLM reads.
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
+        "securityContext": pod_security_context(cr),  # the restricted profile (render/security.py)
         "terminationGracePeriodSeconds": spec.rollout.pre_stop_seconds + spec.engine.shutdown_timeout_seconds
         + DRAIN_MARGIN_SECONDS,
         **_placement(cr),

@@ -20,6 +20,13 @@ from qwen_fleet.config import MANAGED_BY
 from qwen_fleet.plan import HF_HOME, Plan
 from qwen_fleet.render.common import MANAGED_BY_LABEL, metadata
 from qwen_fleet.render.deployment import hub_env, model_cache_claim_name
+from qwen_fleet.render.security import (
+    container_security_context,
+    pod_security_context,
+    user_env,
+    writable_mounts,
+    writable_volumes,
+)
 
 PREFETCH_CONTAINER = "prefetch"
 PREFETCH_COMPONENT = "model-prefetch"
@@ -82,10 +89,11 @@ def render_prefetch_job(cr: QwenInference, plan: Plan) -> dict[str, Any]:
         "image": plan.image,
         "imagePullPolicy": "IfNotPresent",
         "command": download_command(cr),
-        "env": [{"name": "HF_HOME", "value": HF_HOME}, {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
-                *hub_env(cr)],
-        "volumeMounts": [{"name": "hf-cache", "mountPath": HF_HOME}],
-        "securityContext": {"allowPrivilegeEscalation": False},
+        "env": [*user_env(), {"name": "HF_HOME", "value": HF_HOME},
+                {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"}, *hub_env(cr)],
+        # HOME: `modelscope login` keeps the token under ~/.modelscope; the download itself writes to HF_HOME.
+        "volumeMounts": [{"name": "hf-cache", "mountPath": HF_HOME}, *writable_mounts()],
+        "securityContext": container_security_context(cr, engine=False),
         # A failed download's last log lines (the hub's error) become the pod's termination message.
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
@@ -97,9 +105,11 @@ def render_prefetch_job(cr: QwenInference, plan: Plan) -> dict[str, Any]:
                 "restartPolicy": "Never",  # each attempt its own pod: a failed one keeps its log
                 "containers": [container],
                 "volumes": [{"name": "hf-cache",
-                             "persistentVolumeClaim": {"claimName": model_cache_claim_name(cr)}}],
+                             "persistentVolumeClaim": {"claimName": model_cache_claim_name(cr)}},
+                            *writable_volumes()],
                 "enableServiceLinks": False,
                 "automountServiceAccountToken": False,
+                "securityContext": pod_security_context(cr),
                 **_placement(cr),
             },
         },
