@@ -12,14 +12,8 @@ from pydantic import ValidationError
 from qwen_fleet.api import KIND, QwenInference
 from qwen_fleet.catalog import all_gpus, find_gpu, find_model
 from qwen_fleet.plan import pool_view
-from qwen_fleet.plan.capacity import (
-    Capacity,
-    CapacityInput,
-    format_capacity_table,
-    plan_capacity,
-    suggest_batching,
-    valid_tensor_sizes,
-)
+from qwen_fleet.plan.advice import format_capacity_table, suggest_batching
+from qwen_fleet.plan.capacity import Capacity, CapacityInput, plan_capacity, valid_tensor_sizes
 from qwen_fleet.plan.daily import (
     DailyPlanError,
     DailyWork,
