@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from qwen_fleet.api import KIND, QwenInference
 from qwen_fleet.catalog import all_gpus, find_gpu, find_model
+from qwen_fleet.catalog.types import GpuFacts, ModelFacts
 from qwen_fleet.plan import pool_view
 from qwen_fleet.plan.advice import format_capacity_table, suggest_batching
 from qwen_fleet.plan.capacity import Capacity, CapacityInput, plan_capacity, valid_tensor_sizes
@@ -29,6 +30,7 @@ from qwen_fleet.plan.planner import (
     gpu_memory_gib,
     layout_of,
 )
+from qwen_fleet.plan.propose import Constraints, format_proposals, propose_layouts
 
 
 def _print_details(caps: list[Capacity]) -> None:
@@ -178,6 +180,25 @@ def plan_command(args: argparse.Namespace) -> int:
               f"maxNumBatchedTokens {advice.max_num_batched_tokens}")
         for note in advice.notes:
             print(f"  {note}")
+    _print_proposals(model, gpu, args, util)
     if _print_daily(daily, caps[0]):
         return 1
     return 0 if caps[0].feasible else 1
+
+
+def _print_proposals(model: ModelFacts, gpu: GpuFacts, args: argparse.Namespace, util: float) -> None:
+    limits = Constraints(max_gpus_per_node=args.max_gpus_per_node, max_nodes=args.max_nodes,
+                         context=args.target_context or args.max_model_len, concurrency=args.target_concurrency,
+                         gpu_memory_utilization=util)
+    proposals = propose_layouts(model, gpu, limits)
+    if not proposals:
+        print(f"layouts that fit: none within {limits.max_nodes} node(s) of {limits.max_gpus_per_node} "
+              f"{gpu.short_name}; raise --max-nodes or --max-gpus-per-node, or lower --target-context")
+        return
+    print(f"layouts that fit (smallest first, gpu_memory_utilization {util:g}):")
+    for line in format_proposals(proposals, gpu):
+        print(f"  {line}")
+    explicit = util if args.gpu_memory_utilization else None
+    spec = proposals[0].spec(gpu, gpu_memory_utilization=explicit)
+    print("spec of the first:")
+    print("  " + yaml.safe_dump({"spec": spec}, sort_keys=False).rstrip().replace("\n", "\n  "))

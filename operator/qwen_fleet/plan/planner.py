@@ -13,6 +13,7 @@ from qwen_fleet.api.resource import CapacityStatus, QwenInferenceSpec
 from qwen_fleet.catalog import find_gpu, find_model
 from qwen_fleet.plan.capacity import Capacity, CapacityInput, Problem, plan_capacity
 from qwen_fleet.plan.parallel import Layout, parallel_problems, parallel_warnings
+from qwen_fleet.plan.propose import Constraints, format_proposals, propose_layouts
 from qwen_fleet.plan.serving import effective_context, mtp_layers, skips_vision_encoder
 
 GIB = 1024**3
@@ -143,8 +144,28 @@ def _assess_known(spec: QwenInferenceSpec) -> tuple[CapacityStatus | None, list[
     inp = capacity_input(spec, memory)
     assert inp is not None
     cap = plan_capacity(inp)
-    problems = list(cap.problems) + _time_slice_problems(spec, inp.gpu_memory_utilization)
+    problems = _with_layouts_that_fit(spec, inp, list(cap.problems))
+    problems += _time_slice_problems(spec, inp.gpu_memory_utilization)
     return to_status(cap, memory), problems, list(cap.warnings)
+
+
+_DOES_NOT_FIT = ("WeightsDoNotFit", "NoMemoryForKVCache", "MaxModelLenExceedsKVCache")
+
+
+def _with_layouts_that_fit(spec: QwenInferenceSpec, inp: CapacityInput, problems: list[Problem]) -> list[Problem]:
+    """A spec that does not fit names the smallest layouts that do (plan/propose.py), for a whole catalog GPU."""
+    gpu = find_gpu(spec.gpu.product) if spec.gpu.product and not spec.gpu.memory_gi_b else None
+    model = find_model(spec.model.name)
+    if gpu is None or model is None or spec.gpu.sharing is not None or \
+            not any(p.reason in _DOES_NOT_FIT for p in problems):
+        return problems
+    limits = Constraints(max_gpus_per_node=max(8, spec.gpus_per_pod), context=spec.engine.max_model_len,
+                         gpu_memory_utilization=inp.gpu_memory_utilization)
+    proposals = propose_layouts(model, gpu, limits, count=3)
+    fits = "; ".join(format_proposals(proposals, gpu)) if proposals else (
+        f"none within {limits.max_nodes} nodes of {limits.max_gpus_per_node} {gpu.short_name}")
+    return [replace(p, message=f"{p.message} Layouts that fit: {fits}.") if p.reason in _DOES_NOT_FIT else p
+            for p in problems]
 
 
 def _time_slice_problems(spec: QwenInferenceSpec, utilization: float) -> list[Problem]:
