@@ -432,4 +432,12 @@ CASES: list[Case] = [
     Case("pools-header-upper-case", {"routing": {"poolHeader": "X-Pool"}, "pools": [_pool("a", 4096),
                                                                                     _pool("b", 32768)]},
          "spec.routing.poolHeader: Invalid value", "String should match pattern"),
+    # serving.speculative (issue 37): the prompt-lookup sizes belong to ngram and must be ordered.
+    _rule("speculative-lookup-without-ngram", {"serving": {"speculative": {"promptLookupMax": 4}}},
+          "serving.speculative.promptLookupMin and promptLookupMax apply to method ngram only"),
+    _rule("speculative-lookup-min-above-max",
+          {"serving": {"speculative": {"method": "ngram", "promptLookupMin": 5, "promptLookupMax": 2}}},
+          "serving.speculative.promptLookupMin must not exceed promptLookupMax"),
+    Case("speculative-method-unknown", {"serving": {"speculative": {"method": "medusa"}}},
+         "spec.serving.speculative.method: Unsupported value", "Input should be 'mtp' or 'ngram'"),
 ]

@@ -244,6 +244,24 @@ def test_mtp_on_a_model_without_an_mtp_layer_is_stalled() -> None:
     _, plan = plan_of("Qwen/Qwen3-8B", serving={"speculative": {"numSpeculativeTokens": 2}})
     assert [p.reason for p in plan.problems] == ["SpeculativeDecodingUnsupported"]
     assert "remove serving.speculative" in plan.problems[0].message
+    assert "use serving.speculative.method ngram" in plan.problems[0].message
+
+
+def test_ngram_prompt_lookup_on_any_model_adds_no_kv() -> None:
+    """ngram drafts from the prompt itself: no draft weights, no KV cache of its own, no MTP layer needed."""
+    spec = {"engine": {"maxModelLen": 8192}, "gpu": {"product": "NVIDIA-A10G"}}
+    ngram = {"speculative": {"method": "ngram", "numSpeculativeTokens": 4, "promptLookupMin": 2, "promptLookupMax": 5}}
+    args = flags("Qwen/Qwen3-8B", serving=ngram, **spec)
+    assert json.loads(value(args, "--speculative-config") or "") == {
+        "method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+    _, with_ngram = plan_of("Qwen/Qwen3-8B", serving=ngram, **spec)
+    _, without = plan_of("Qwen/Qwen3-8B", **spec)
+    assert with_ngram.feasible and with_ngram.capacity.kv_bytes_per_token == without.capacity.kv_bytes_per_token
+    status = with_ngram.serving.status()
+    assert (status.speculative_method, status.speculative_tokens) == ("ngram", 4)
+    # A model the catalog does not know gets it as written.
+    assert json.loads(value(flags("some-org/custom", serving={"speculative": {"method": "ngram"}}),
+                            "--speculative-config") or "") == {"method": "ngram", "num_speculative_tokens": 1}
 
 
 def test_status_carries_the_serving_defaults_and_the_crd_accepts_them() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from qwen_fleet.api.resource import QwenInferenceSpec
 from qwen_fleet.api.serving import VISION_MODALITIES, MediaLimits, ServingStatus
@@ -29,7 +29,8 @@ class ServingPlan:
     tool_call_parser: str | None = None
     thinking: bool | None = None
     rope_scaling_factor: float | None = None
-    speculative_tokens: int | None = None  # MTP
+    speculative_tokens: int | None = None  # tokens drafted per step (None: no speculative decoding)
+    speculative_config: dict[str, str | int] = field(default_factory=dict)  # --speculative-config
     adapters: tuple[tuple[str, str], ...] = ()  # LoRA: (served name, what --lora-modules' path gets)
     max_lora_rank: int | None = None
     language_model_only: bool = False  # --language-model-only
@@ -42,11 +43,16 @@ class ServingPlan:
         limits = dict(self.media_limits)
         return self.language_model_only or all(limits.get(m) == 0 for m in VISION_MODALITIES)
 
+    def _speculative_method(self) -> Literal["mtp", "ngram"] | None:
+        method = self.speculative_config.get("method") if self.speculative_tokens else None
+        return "ngram" if method == "ngram" else "mtp" if method == "mtp" else None
+
     def status(self) -> ServingStatus:
         return ServingStatus(task=self.task, reasoning_parser=self.reasoning_parser,  # type: ignore[arg-type]
                              tool_call_parser=self.tool_call_parser, thinking=self.thinking,
                              rope_scaling_factor=self.rope_scaling_factor,
                              speculative_tokens=self.speculative_tokens,
+                             speculative_method=self._speculative_method(),
                              adapters=[name for name, _ in self.adapters] or None,
                              language_model_only=self.skips_vision_encoder or None,
                              limits_per_prompt=MediaLimits(**dict(self.media_limits)) if self.media_limits else None,
@@ -128,6 +134,7 @@ def _plan_serving(spec: QwenInferenceSpec) -> tuple[ServingPlan, list[Problem]]:
                            tool_call_parser=_off(wanted.tool_call_parser), thinking=wanted.thinking,
                            rope_scaling_factor=rope[0] if rope else None,
                            speculative_tokens=wanted.speculative.num_speculative_tokens if wanted.speculative else None,
+                           speculative_config=wanted.speculative.config() if wanted.speculative else {},
                            hf_overrides=rope[1] if rope else {}), problems
     facts = model.serving
     task = wanted.task or facts.task
@@ -140,9 +147,11 @@ def _plan_serving(spec: QwenInferenceSpec) -> tuple[ServingPlan, list[Problem]]:
         if task == facts.task else {}
     if rope:
         overrides.update(rope[1])
+    drafted = _speculative_tokens(spec, model) if generating else None
     return ServingPlan(task=task, reasoning_parser=_off(reasoning), tool_call_parser=_off(tools),
                        thinking=wanted.thinking if generating else None,
-                       speculative_tokens=_mtp_tokens(spec, model) if generating else None,
+                       speculative_tokens=drafted,
+                       speculative_config=wanted.speculative.config() if drafted and wanted.speculative else {},
                        rope_scaling_factor=rope[0] if rope else None, hf_overrides=overrides, from_catalog=True), \
         problems + rope_problems
 
@@ -175,10 +184,10 @@ def _family_problems(spec: QwenInferenceSpec, model: ModelFacts, task: str) -> l
             what = f"writes {facts.tool_format} tool calls" if facts.tool_format else "has no tool-call format"
             out.append(Problem("ToolCallParserMismatch",
                                f"{name} {what}, which tool-call parser {tool} does not read: {fix}"))
-    if wanted.speculative is not None and not facts.mtp:
+    if wanted.speculative is not None and wanted.speculative.method == "mtp" and not facts.mtp:
         out.append(Problem("SpeculativeDecodingUnsupported",
                            f"{name} has no multi-token-prediction (MTP) layer to draft with (Qwen3.5/3.6 ship "
-                           "one): remove serving.speculative"))
+                           "one): use serving.speculative.method ngram, or remove serving.speculative"))
     if wanted.thinking is not None and not facts.thinking_switch and task == "generate":
         out.append(Problem("ThinkingSwitchUnsupported",
                            f"{name}'s chat template has no enable_thinking switch (Instruct-2507 never thinks, "
@@ -186,9 +195,17 @@ def _family_problems(spec: QwenInferenceSpec, model: ModelFacts, task: str) -> l
     return out
 
 
+def _speculative_tokens(spec: QwenInferenceSpec, model: ModelFacts) -> int | None:
+    """Tokens drafted per step: ngram on any model, MTP only where the checkpoint has the layer."""
+    wanted = spec.serving.speculative
+    if wanted is None or (wanted.method == "mtp" and not model.serving.mtp):
+        return None
+    return wanted.num_speculative_tokens
+
+
 def _mtp_tokens(spec: QwenInferenceSpec, model: ModelFacts) -> int | None:
     wanted = spec.serving.speculative
-    return wanted.num_speculative_tokens if wanted is not None and model.serving.mtp else None
+    return _speculative_tokens(spec, model) if wanted is not None and wanted.method == "mtp" else None
 
 
 def mtp_layers(spec: QwenInferenceSpec, model: ModelFacts) -> int:
