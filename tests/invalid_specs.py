@@ -439,5 +439,10 @@ CASES: list[Case] = [
           {"serving": {"speculative": {"method": "ngram", "promptLookupMin": 5, "promptLookupMax": 2}}},
           "serving.speculative.promptLookupMin must not exceed promptLookupMax"),
     Case("speculative-method-unknown", {"serving": {"speculative": {"method": "medusa"}}},
-         "spec.serving.speculative.method: Unsupported value", "Input should be 'mtp' or 'ngram'"),
+         "spec.serving.speculative.method: Unsupported value", "Input should be 'mtp', 'ngram' or 'draft'"),
+    _rule("speculative-draft-without-model", {"serving": {"speculative": {"method": "draft"}}},
+          "serving.speculative.model names the draft model of method draft, and only of it"),
+    _rule("speculative-model-without-draft",
+          {"serving": {"speculative": {"method": "ngram", "model": "Qwen/Qwen3-0.6B"}}},
+          "serving.speculative.model names the draft model of method draft, and only of it"),
 ]

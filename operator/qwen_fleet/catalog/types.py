@@ -115,8 +115,18 @@ class ModelFacts:
         return self.linear_attention is not None
 
     @property
+    def tokenizer_family(self) -> str:
+        """Models of one tokenizer family share their token ids (a draft model must share the target's): Qwen3.6
+        kept Qwen3.5's 248,320-entry vocabulary; Qwen3-VL and Qwen3-Next use Qwen3's (151,669 tokens with the
+        <think> tokens Qwen2.5's 151,665 lack)."""
+        return _TOKENIZER_FAMILY.get(self.family, self.family)
+
+    @property
     def is_multimodal(self) -> bool:
         return self.vision_params_billion is not None
+
+
+_TOKENIZER_FAMILY = {"qwen3.6": "qwen3.5", "qwen3-vl": "qwen3", "qwen3-next": "qwen3"}
 
 
 @dataclass(frozen=True)

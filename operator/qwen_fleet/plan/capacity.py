@@ -90,6 +90,7 @@ class CapacityInput:
     max_loras: int = 0  # --max-loras when LoRA is on (0: off)
     max_lora_rank: int = 16  # --max-lora-rank (vLLM's default)
     vision_encoder: bool = True  # False: vLLM builds no vision encoder (--language-model-only, all limits 0)
+    draft_weight_bytes: int = 0  # a draft model's weights (speculative method draft), split like the target's
 
 
 @dataclass(frozen=True)
@@ -203,6 +204,7 @@ def plan_capacity(inp: CapacityInput) -> Capacity:
     if inp.expert_parallel and inp.data_parallel > 1:
         weights -= expert_bytes_moved_per_gpu(model, tp_ok, pp_ok, inp.data_parallel,
                                               bytes_per_quantized_param(model, quant, inp.dtype))
+    weights += cdiv(inp.draft_weight_bytes, tp_ok)  # vLLM runs the draft at the target's tensor size
     weights = max(0, weights - int(inp.cpu_offload_gib * GIB))
     lora = lora_bytes_per_gpu(model, max_loras=inp.max_loras, max_rank=inp.max_lora_rank, tensor_parallel=tp_ok,
                               pipeline_parallel=pp_ok, dtype=inp.dtype,

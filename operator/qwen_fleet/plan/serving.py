@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from qwen_fleet.api.resource import QwenInferenceSpec
 from qwen_fleet.api.serving import VISION_MODALITIES, MediaLimits, ServingStatus
-from qwen_fleet.catalog import ModelFacts, find_gpu, find_model
+from qwen_fleet.catalog import ModelFacts, all_models, find_gpu, find_model
 from qwen_fleet.catalog.serving import TOOL_PARSERS_BY_FORMAT, YarnFacts
 from qwen_fleet.plan.capacity import Problem
 
@@ -43,9 +43,11 @@ class ServingPlan:
         limits = dict(self.media_limits)
         return self.language_model_only or all(limits.get(m) == 0 for m in VISION_MODALITIES)
 
-    def _speculative_method(self) -> Literal["mtp", "ngram"] | None:
-        method = self.speculative_config.get("method") if self.speculative_tokens else None
-        return "ngram" if method == "ngram" else "mtp" if method == "mtp" else None
+    def _speculative_method(self) -> Literal["mtp", "ngram", "draft"] | None:
+        if not self.speculative_tokens:
+            return None
+        method = self.speculative_config.get("method")
+        return "ngram" if method == "ngram" else "mtp" if method == "mtp" else "draft"
 
     def status(self) -> ServingStatus:
         return ServingStatus(task=self.task, reasoning_parser=self.reasoning_parser,  # type: ignore[arg-type]
@@ -188,11 +190,46 @@ def _family_problems(spec: QwenInferenceSpec, model: ModelFacts, task: str) -> l
         out.append(Problem("SpeculativeDecodingUnsupported",
                            f"{name} has no multi-token-prediction (MTP) layer to draft with (Qwen3.5/3.6 ship "
                            "one): use serving.speculative.method ngram, or remove serving.speculative"))
+    out += _draft_problems(spec, model)
     if wanted.thinking is not None and not facts.thinking_switch and task == "generate":
         out.append(Problem("ThinkingSwitchUnsupported",
                            f"{name}'s chat template has no enable_thinking switch (Instruct-2507 never thinks, "
                            "Thinking-2507 always does): remove serving.thinking or pick the other checkpoint"))
     return out
+
+
+def _draft_problems(spec: QwenInferenceSpec, model: ModelFacts) -> list[Problem]:
+    """A draft model must share the target's tokenizer (vLLM verifies the draft's token ids with the target) and be
+    smaller; a draft the catalog does not know is taken as written."""
+    wanted = spec.serving.speculative
+    draft = find_model(wanted.model) if wanted is not None and wanted.method == "draft" and wanted.model else None
+    if draft is None:
+        return []
+    if draft.engine_unsupported:
+        return [Problem("DraftModelUnsupported", f"serving.speculative.model: {draft.engine_unsupported}")]
+    if draft.tokenizer_family != model.tokenizer_family:
+        same = [m.name for m in all_models() if m.tokenizer_family == model.tokenizer_family
+                and m.params_billion < model.params_billion and m.serving.task == "generate"
+                and not m.weight_quantization and m.base_model is None][:3]
+        hint = f" (e.g. {', '.join(same)})" if same else ""
+        return [Problem("DraftTokenizerMismatch",
+                        f"draft {draft.name} uses the {draft.tokenizer_family} tokenizer and {model.name} the "
+                        f"{model.tokenizer_family} one: the draft's token ids would mean other text to the "
+                        f"target; use a smaller {model.tokenizer_family} model{hint}, or method ngram")]
+    if draft.params_billion >= model.params_billion:
+        return [Problem("DraftNotSmaller",
+                        f"draft {draft.name} ({draft.params_billion:g}B) is not smaller than {model.name} "
+                        f"({model.params_billion:g}B): drafting would cost more than it saves; use a smaller "
+                        "draft or method ngram")]
+    return []
+
+
+def draft_model(spec: QwenInferenceSpec) -> ModelFacts | None:
+    """The catalog's facts of the draft model of method draft (None: another method, or not catalogued)."""
+    wanted = spec.serving.speculative
+    if wanted is None or wanted.method != "draft" or not wanted.model:
+        return None
+    return find_model(wanted.model)
 
 
 def _speculative_tokens(spec: QwenInferenceSpec, model: ModelFacts) -> int | None:
