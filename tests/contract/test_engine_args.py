@@ -108,7 +108,8 @@ def expected_serving(cr: QwenInference) -> dict[str, Any]:
         reasoning = family_reasoning if s.reasoning_parser is None else s.reasoning_parser.replace("none", "")
         tool = family_tool if s.tool_call_parser is None else (None if s.tool_call_parser == "none"
                                                                else s.tool_call_parser)
-    mtp = task == "generate" and s.speculative is not None and cr.spec.model.name in MTP_MODELS | NOT_CATALOGUED
+    spec_method = s.speculative.method if s.speculative is not None else None
+    mtp = task == "generate" and spec_method == "mtp" and cr.spec.model.name in MTP_MODELS | NOT_CATALOGUED
     adapters = s.adapters if task == "generate" else []  # else Stalled, not rendered
     lora = {"enable_lora": True if adapters else None, "max_loras": len(adapters) or 1,
             "max_lora_rank": (s.max_lora_rank or 16) if adapters else 16,
@@ -116,6 +117,13 @@ def expected_serving(cr: QwenInference) -> dict[str, Any]:
                              for a in adapters] or None}
     speculative = {"method": "mtp", "num_speculative_tokens": s.speculative.num_speculative_tokens} \
         if mtp and s.speculative else None
+    if task == "generate" and s.speculative is not None and spec_method == "ngram":  # any model
+        lookup = {"prompt_lookup_min": s.speculative.prompt_lookup_min,
+                  "prompt_lookup_max": s.speculative.prompt_lookup_max}
+        speculative = {"method": "ngram", "num_speculative_tokens": s.speculative.num_speculative_tokens,
+                       **{k: v for k, v in lookup.items() if v is not None}}
+    if task == "generate" and s.speculative is not None and spec_method == "draft":  # vLLM names the method
+        speculative = {"model": s.speculative.model, "num_speculative_tokens": s.speculative.num_speculative_tokens}
     media = s.multimodal if cr.spec.model.name in VISION_MODELS | NOT_CATALOGUED else None
     limits = media.limits_per_prompt if media else None
     multimodal = {"language_model_only": bool(media and media.language_model_only),
@@ -232,8 +240,14 @@ def serving_specs(draw: st.DrawFn) -> dict[str, Any]:
                     "toolCallParser": maybe(st.sampled_from(["hermes", "qwen3_json", "qwen3_coder", "qwen3_xml",
                                                              "none"])),
                     "thinking": maybe(st.booleans()),
-                    "speculative": maybe(st.fixed_dictionaries({}, optional={
-                        "numSpeculativeTokens": st.integers(1, 8)})),
+                    "speculative": maybe(st.one_of(
+                        st.fixed_dictionaries({}, optional={"numSpeculativeTokens": st.integers(1, 8)}),
+                        st.fixed_dictionaries({"method": st.just("ngram")}, optional={
+                            "numSpeculativeTokens": st.integers(1, 8), "promptLookupMin": st.integers(1, 3),
+                            "promptLookupMax": st.integers(3, 8)}),
+                        st.fixed_dictionaries({"method": st.just("draft"), "model": st.sampled_from(
+                            ["Qwen/Qwen3-0.6B", "some-org/draft"])}, optional={
+                            "numSpeculativeTokens": st.integers(1, 8)}))),
                     "adapters": maybe(st.lists(st.sampled_from([
                         {"name": "sql", "repo": "some-org/sql-lora"}, {"name": "chat-de", "path": "adapters/de"},
                         {"name": "x", "path": "a/b/"}]), min_size=1, max_size=3, unique_by=lambda a: a["name"])),
