@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -104,3 +106,16 @@ def test_plan_command_prints_the_layouts_and_the_first_as_a_spec(capsys: pytest.
     assert spec["spec"]["parallelism"] == {"tensor": 8, "pipeline": 1, "nodes": 1}
     assert main(["plan", "--model", "Qwen/Qwen3.5-397B-A17B", "--gpu", "a10g", "--max-nodes", "1"]) == 1
     assert "layouts that fit: none within 1 node(s) of 8 A10G" in capsys.readouterr().out
+
+
+def test_plan_of_a_file_that_does_not_fit_prints_the_layouts_that_do(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cr = {"apiVersion": "qwenfleet.io/v1alpha1", "kind": "QwenInference", "metadata": {"name": "big"},
+          "spec": {"model": {"name": "Qwen/Qwen3.5-397B-A17B"}, "gpu": {"product": "NVIDIA-H100-80GB-HBM3"},
+                   "parallelism": {"tensor": 8}, "engine": {"maxModelLen": 65536}}}
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(cr))
+    assert main(["plan", "-f", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "  layouts that fit:\n    Qwen/Qwen3.5-397B-A17B-FP8 (FP8 block 128x128): 8 x H100-80GB" in out
+    assert "maxModelLen 65,536" in out

@@ -99,11 +99,28 @@ def _from_file(path: str, daily: tuple[DailyWork, ReplicaThroughput] | None = No
             cap = plan_capacity(inp)
             caps.append(cap)
             refused |= _print_layout(view, cap)
+            _print_fits(view, cap)
     if caps:
         _print_details(caps)
         for cap in caps:
             refused |= _print_daily(daily, cap)
     return 1 if refused or any(c.problems for c in caps) else 0
+
+
+def _print_fits(cr: QwenInference, cap: Capacity) -> None:
+    """For a spec that does not fit a catalog GPU: the smallest layouts that do, at its maxModelLen."""
+    gpu = find_gpu(cr.spec.gpu.product) if cr.spec.gpu.product else None
+    model = find_model(cr.spec.model.name)
+    if gpu is None or model is None or not any(p.reason in _DOES_NOT_FIT for p in cap.problems):
+        return
+    limits = Constraints(context=cr.spec.engine.max_model_len, gpu_memory_utilization=cap.input.gpu_memory_utilization)
+    found = propose_layouts(model, gpu, limits)
+    print("  layouts that fit:" if found else "  layouts that fit: none within 4 nodes of 8 GPUs")
+    for line in format_proposals(found, gpu):
+        print(f"    {line}")
+
+
+_DOES_NOT_FIT = ("WeightsDoNotFit", "NoMemoryForKVCache", "MaxModelLenExceedsKVCache")
 
 
 def _views(cr: QwenInference) -> list[QwenInference]:
