@@ -285,11 +285,23 @@ def test_a_draft_model_renders_its_repo_and_is_planned_weights_and_kv() -> None:
     ("Qwen/Qwen3.6-27B", "Qwen/Qwen3-0.6B", "DraftTokenizerMismatch"),  # 248,320-entry vocabulary vs Qwen3's
     ("Qwen/Qwen3-8B", "Qwen/Qwen2.5-0.5B-Instruct", "DraftTokenizerMismatch"),  # Qwen2.5 lacks Qwen3's <think>
     ("Qwen/Qwen3-4B", "Qwen/Qwen3-8B", "DraftNotSmaller"),
+    # Same tokenizer, but vocab_size 151,936 vs 152,064: vLLM 0.32 refuses a draft of another vocabulary size.
+    ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct", "DraftVocabularyMismatch"),
     ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen-7B", "DraftModelUnsupported"),
 ])
 def test_bad_draft_pairings_are_stalled(target: str, draft: str, reason: str) -> None:
     _, plan = plan_of(target, serving={"speculative": {"method": "draft", "model": draft}})
     assert [p.reason for p in plan.problems] == [reason]
+
+
+def test_a_draft_whose_heads_the_target_tensor_size_does_not_divide_is_stalled() -> None:
+    # vLLM runs the draft at the target's tensor size: Qwen3-0.6B's 16 attention heads split 8 ways (Qwen3-235B-A22B
+    # at tensor 8 with a 0.6B draft is fine), not 32 (the 235B's 64 heads and 4 KV heads would take it).
+    serving = {"speculative": {"method": "draft", "model": "Qwen/Qwen3-0.6B"}}
+    _, plan = plan_of("Qwen/Qwen3-235B-A22B", serving=serving, parallelism={"tensor": 8})
+    assert "DraftTensorSizeMismatch" not in [p.reason for p in plan.problems]
+    _, plan = plan_of("Qwen/Qwen3-235B-A22B", serving=serving, parallelism={"tensor": 32, "nodes": 2})
+    assert "DraftTensorSizeMismatch" in [p.reason for p in plan.problems]
 
 
 def test_status_carries_the_serving_defaults_and_the_crd_accepts_them() -> None:

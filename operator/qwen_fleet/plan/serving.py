@@ -17,7 +17,7 @@ from qwen_fleet.api.resource import QwenInferenceSpec
 from qwen_fleet.api.serving import VISION_MODALITIES, MediaLimits, ServingStatus
 from qwen_fleet.catalog import ModelFacts, all_models, find_gpu, find_model
 from qwen_fleet.catalog.serving import TOOL_PARSERS_BY_FORMAT, YarnFacts
-from qwen_fleet.plan.capacity import Problem
+from qwen_fleet.plan.capacity import Problem, valid_tensor_sizes
 
 
 @dataclass(frozen=True)
@@ -208,20 +208,38 @@ def _draft_problems(spec: QwenInferenceSpec, model: ModelFacts) -> list[Problem]
     if draft.engine_unsupported:
         return [Problem("DraftModelUnsupported", f"serving.speculative.model: {draft.engine_unsupported}")]
     if draft.tokenizer_family != model.tokenizer_family:
-        same = [m.name for m in all_models() if m.tokenizer_family == model.tokenizer_family
-                and m.params_billion < model.params_billion and m.serving.task == "generate"
-                and not m.weight_quantization and m.base_model is None][:3]
+        same = _smaller_drafts(model)
         hint = f" (e.g. {', '.join(same)})" if same else ""
         return [Problem("DraftTokenizerMismatch",
                         f"draft {draft.name} uses the {draft.tokenizer_family} tokenizer and {model.name} the "
                         f"{model.tokenizer_family} one: the draft's token ids would mean other text to the "
                         f"target; use a smaller {model.tokenizer_family} model{hint}, or method ngram")]
+    if draft.vocab_size != model.vocab_size:
+        # vLLM 0.32 (SpeculativeConfig.verify_equal_vocab_size_if_draft_model) refuses it at start.
+        return [Problem("DraftVocabularyMismatch",
+                        f"draft {draft.name} has a {draft.vocab_size:,}-entry vocabulary and {model.name} "
+                        f"{model.vocab_size:,}: vLLM refuses a draft model of another vocabulary size (Qwen2.5 "
+                        "0.5B-3B pad theirs to 151,936, 7B and up to 152,064); use a draft of the same size class, "
+                        "or method ngram")]
+    tp = spec.parallelism.tensor
+    if tp not in valid_tensor_sizes(draft, max_gpus=max(tp, 8)):
+        return [Problem("DraftTensorSizeMismatch",
+                        f"vLLM runs the draft at the target's tensor size {tp}, which does not divide the heads of "
+                        f"{draft.name} (sizes it takes: {', '.join(map(str, valid_tensor_sizes(draft)))}); use "
+                        "another draft or method ngram")]
     if draft.params_billion >= model.params_billion:
         return [Problem("DraftNotSmaller",
                         f"draft {draft.name} ({draft.params_billion:g}B) is not smaller than {model.name} "
                         f"({model.params_billion:g}B): drafting would cost more than it saves; use a smaller "
                         "draft or method ngram")]
     return []
+
+
+def _smaller_drafts(model: ModelFacts) -> list[str]:
+    """Catalogued base checkpoints vLLM would take as drafts of ``model``: its tokenizer and vocabulary, smaller."""
+    return [m.name for m in all_models() if m.tokenizer_family == model.tokenizer_family
+            and m.vocab_size == model.vocab_size and m.params_billion < model.params_billion
+            and m.serving.task == "generate" and not m.weight_quantization and m.base_model is None][:3]
 
 
 def draft_model(spec: QwenInferenceSpec) -> ModelFacts | None:
