@@ -1,5 +1,6 @@
-"""ngram speculative decoding served by the real vLLM CPU engine, started from the Deployment the operator renders
-for serving.speculative.method ngram: the engine drafts (vLLM's own spec-decode counters move) and answers.
+"""Speculative decoding served by the real vLLM CPU engine, started from the Deployment the operator renders for
+serving.speculative method ngram and method draft: the engine drafts (vLLM's own spec-decode counters move) and
+answers.
 
 The acceptance rate is read from the engine's metrics (accepted / drafted tokens) and printed: with random weights
 it says nothing about Qwen, only that the figures exist for a fleet's dashboards.
@@ -41,3 +42,22 @@ def test_ngram_speculation_drafts_and_answers(vllm_python: str, tiny_qwen_dir: P
     assert ACCEPTED in metrics
     print(f"ngram acceptance: {metrics[ACCEPTED]:.0f} of {metrics[DRAFTED]:.0f} drafted tokens "
           f"({metrics[ACCEPTED] / metrics[DRAFTED]:.2f})")
+
+
+def test_a_draft_model_drafts_and_greedy_decoding_accepts_its_own_tokens(vllm_python: str, tiny_qwen_dir: Path,
+                                                                          tmp_path: Path) -> None:
+    # The tiny checkpoint drafts for itself: under greedy decoding the target picks exactly the tokens the draft
+    # proposed, so every drafted token must be accepted; any other count means the draft path is broken.
+    spec = copy.deepcopy(SPEC)
+    spec["serving"] = {"speculative": {"method": "draft", "model": str(tiny_qwen_dir), "numSpeculativeTokens": 2}}
+    server = rendered_server(vllm_python, tiny_qwen_dir, tmp_path / "vllm.log", spec)
+    assert f'{{"model": "{tiny_qwen_dir}", "num_speculative_tokens": 2}}' in server.argv()
+    with server:
+        for _ in range(3):
+            status, body = server.post_json("/v1/completions", {"model": server.served_model_name,
+                                                                "prompt": "alpha beta gamma " * 20, "max_tokens": 32,
+                                                                "temperature": 0})
+            assert status == 200, body
+        metrics = server.metrics()
+    assert metrics.get(DRAFTED, 0) > 0
+    assert metrics[ACCEPTED] == metrics[DRAFTED]
