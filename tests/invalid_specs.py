@@ -487,4 +487,17 @@ CASES: list[Case] = [
     _rule("pvc-source-is-the-operators-cache-claim",
           {"model": {"source": {"pvc": {"claimName": "bad-model-cache"}}}},
           "model.source.pvc.claimName must not be <metadata.name>-model-cache"),
+    # serving.speculative (issue 37): the prompt-lookup sizes belong to ngram and must be ordered.
+    _rule("speculative-lookup-without-ngram", {"serving": {"speculative": {"promptLookupMax": 4}}},
+          "serving.speculative.promptLookupMin and promptLookupMax apply to method ngram only"),
+    _rule("speculative-lookup-min-above-max",
+          {"serving": {"speculative": {"method": "ngram", "promptLookupMin": 5, "promptLookupMax": 2}}},
+          "serving.speculative.promptLookupMin must not exceed promptLookupMax"),
+    Case("speculative-method-unknown", {"serving": {"speculative": {"method": "medusa"}}},
+         "spec.serving.speculative.method: Unsupported value", "Input should be 'mtp', 'ngram' or 'draft'"),
+    _rule("speculative-draft-without-model", {"serving": {"speculative": {"method": "draft"}}},
+          "serving.speculative.model names the draft model of method draft, and only of it"),
+    _rule("speculative-model-without-draft",
+          {"serving": {"speculative": {"method": "ngram", "model": "Qwen/Qwen3-0.6B"}}},
+          "serving.speculative.model names the draft model of method draft, and only of it"),
 ]

@@ -163,6 +163,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quantization")
     p.add_argument("--max-loras", type=int, default=0, help="LoRA adapters served at once (vLLM --max-loras)")
     p.add_argument("--max-lora-rank", type=int, default=16, help="largest adapter rank (vLLM --max-lora-rank)")
+    layouts = p.add_argument_group("layouts that fit", "the smallest layouts for --model/--gpu (docs/planner.md)")
+    layouts.add_argument("--max-gpus-per-node", type=int, default=8, help="GPUs one node has (default 8)")
+    layouts.add_argument("--max-nodes", type=int, default=4, help="nodes one replica may span (default 4)")
+    layouts.add_argument("--target-context", type=int, help="context every proposal must hold (default: "
+                         "--max-model-len, else the native context or the longest that fits)")
+    layouts.add_argument("--target-concurrency", type=int, help="sequences of that context held at once, over "
+                         "all replicas (adds replicas)")
     daily = p.add_argument_group("daily volume", "replicas that finish a day's requests (docs/capacity.md)")
     daily.add_argument("--requests-per-day", type=int, help="requests to finish per day, e.g. 100000")
     daily.add_argument("--prompt-tokens", type=int, help="prompt tokens per request")

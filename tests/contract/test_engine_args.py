@@ -15,10 +15,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 
 from qwen_fleet.api import QwenInference
+from qwen_fleet.catalog import all_models, find_gpu
 from qwen_fleet.config import OperatorConfig
 from qwen_fleet.plan import make_plan
 from qwen_fleet.plan.planner import capacity_input
-from qwen_fleet.render.engine_args import engine_args
+from qwen_fleet.plan.propose import propose_layouts
+from qwen_fleet.render.engine_args import engine_args, multi_node_args
 
 pytestmark = pytest.mark.vllm
 HERE = Path(__file__).resolve().parent
@@ -108,7 +110,8 @@ def expected_serving(cr: QwenInference) -> dict[str, Any]:
         reasoning = family_reasoning if s.reasoning_parser is None else s.reasoning_parser.replace("none", "")
         tool = family_tool if s.tool_call_parser is None else (None if s.tool_call_parser == "none"
                                                                else s.tool_call_parser)
-    mtp = task == "generate" and s.speculative is not None and cr.spec.model.name in MTP_MODELS | NOT_CATALOGUED
+    spec_method = s.speculative.method if s.speculative is not None else None
+    mtp = task == "generate" and spec_method == "mtp" and cr.spec.model.name in MTP_MODELS | NOT_CATALOGUED
     adapters = s.adapters if task == "generate" else []  # else Stalled, not rendered
     lora = {"enable_lora": True if adapters else None, "max_loras": len(adapters) or 1,
             "max_lora_rank": (s.max_lora_rank or 16) if adapters else 16,
@@ -116,6 +119,13 @@ def expected_serving(cr: QwenInference) -> dict[str, Any]:
                              for a in adapters] or None}
     speculative = {"method": "mtp", "num_speculative_tokens": s.speculative.num_speculative_tokens} \
         if mtp and s.speculative else None
+    if task == "generate" and s.speculative is not None and spec_method == "ngram":  # any model
+        lookup = {"prompt_lookup_min": s.speculative.prompt_lookup_min,
+                  "prompt_lookup_max": s.speculative.prompt_lookup_max}
+        speculative = {"method": "ngram", "num_speculative_tokens": s.speculative.num_speculative_tokens,
+                       **{k: v for k, v in lookup.items() if v is not None}}
+    if task == "generate" and s.speculative is not None and spec_method == "draft":  # vLLM names the method
+        speculative = {"model": s.speculative.model, "num_speculative_tokens": s.speculative.num_speculative_tokens}
     media = s.multimodal if cr.spec.model.name in VISION_MODELS | NOT_CATALOGUED else None
     limits = media.limits_per_prompt if media else None
     multimodal = {"language_model_only": bool(media and media.language_model_only),
@@ -232,8 +242,14 @@ def serving_specs(draw: st.DrawFn) -> dict[str, Any]:
                     "toolCallParser": maybe(st.sampled_from(["hermes", "qwen3_json", "qwen3_coder", "qwen3_xml",
                                                              "none"])),
                     "thinking": maybe(st.booleans()),
-                    "speculative": maybe(st.fixed_dictionaries({}, optional={
-                        "numSpeculativeTokens": st.integers(1, 8)})),
+                    "speculative": maybe(st.one_of(
+                        st.fixed_dictionaries({}, optional={"numSpeculativeTokens": st.integers(1, 8)}),
+                        st.fixed_dictionaries({"method": st.just("ngram")}, optional={
+                            "numSpeculativeTokens": st.integers(1, 8), "promptLookupMin": st.integers(1, 3),
+                            "promptLookupMax": st.integers(3, 8)}),
+                        st.fixed_dictionaries({"method": st.just("draft"), "model": st.sampled_from(
+                            ["Qwen/Qwen3-0.6B", "some-org/draft"])}, optional={
+                            "numSpeculativeTokens": st.integers(1, 8)}))),
                     "adapters": maybe(st.lists(st.sampled_from([
                         {"name": "sql", "repo": "some-org/sql-lora"}, {"name": "chat-de", "path": "adapters/de"},
                         {"name": "x", "path": "a/b/"}]), min_size=1, max_size=3, unique_by=lambda a: a["name"])),
@@ -307,3 +323,43 @@ def test_the_generated_corpus_was_large_enough() -> None:
     counts = {flag: QWEN_FLAGS_SEEN.count(flag) for flag in (*QWEN_FLAGS, "yarn")}
     assert min(counts.values()) >= 10, sorted(counts.items(), key=lambda kv: kv[1])[:3]
     print(counts)
+
+
+# --- the planner's proposals (issue 37) ---------------------------------------------------------------------
+
+PROPOSAL_GPUS = ("H100", "H200", "A10G", "L40S", "B200")
+
+
+def _proposed() -> list[QwenInference]:
+    crs = []
+    for gpu_name in PROPOSAL_GPUS:
+        gpu = find_gpu(gpu_name)
+        assert gpu is not None
+        for model in all_models():
+            for i, proposal in enumerate(propose_layouts(model, gpu)):
+                crs.append(QwenInference.model_validate({"metadata": {"name": f"p{i}", "namespace": "ns"},
+                                                         "spec": proposal.spec(gpu)}))
+    return crs
+
+
+def test_every_proposal_parses_in_vllm_with_its_sizes(parser: Parser) -> None:
+    """Every layout the planner proposes (plan/propose.py) for every catalog model on H100, H200, A10G, L40S and
+    B200, rendered as the operator would, parses in vLLM's parser with the proposal's sizes."""
+    crs = _proposed()
+    argvs = []
+    for cr in crs:
+        plan = make_plan(cr, OperatorConfig())
+        assert plan.problems == (), (cr.spec.model.name, plan.problems)
+        nodes = cr.spec.parallelism.nodes
+        argvs.append(engine_args(cr, plan) + (multi_node_args(cr, leader=True) if nodes > 1 else []))
+    parsed = [parser(argv) for argv in argvs]
+    refused = [(cr.spec.model.name, argv, got["error"]) for cr, argv, got in zip(crs, argvs, parsed, strict=True)
+               if "error" in got]
+    assert refused == []
+    for cr, got in zip(crs, parsed, strict=True):
+        spec = cr.spec
+        assert (got["model"], got["quantization"], got["max_model_len"]) == (
+            spec.model.name, spec.engine.quantization, spec.engine.max_model_len)
+        assert (got["tensor_parallel_size"], got["pipeline_parallel_size"]) == (
+            spec.parallelism.tensor, spec.parallelism.pipeline)
+    assert len(crs) > 200  # 5 GPUs x ~60 models, most with several ways to hold the weights

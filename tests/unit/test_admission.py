@@ -54,3 +54,15 @@ def test_a_spec_the_models_refuse_is_refused_as_invalid() -> None:
                      OperatorConfig())
     assert refusal is not None and refusal[0] == "InvalidSpec"
     assert "must not repeat a flag that a typed field owns" in refusal[1]
+
+
+def test_seed_000_awq_on_the_2507_base_is_refused_at_apply_with_what_to_use() -> None:
+    """Seed 000 sets quantization awq on Qwen/Qwen3-4B-Instruct-2507, a bfloat16 checkpoint: vLLM fails at load."""
+    seed = {**FITS, "engine": {"maxModelLen": 8192, "quantization": "awq"}}
+    refusal = decide(_request("CREATE", seed), OperatorConfig())
+    assert refusal is not None
+    reason, message = refusal
+    assert reason == "QuantizationNotInCheckpoint"
+    assert "Qwen/Qwen3-4B-Instruct-2507-FP8 (fp8)" in message and "engine.quantization fp8" in message
+    on_the_fly = {**FITS, "engine": {"maxModelLen": 8192, "quantization": "fp8"}}
+    assert decide(_request("CREATE", on_the_fly), OperatorConfig()) is None

@@ -8,11 +8,10 @@ import pytest
 
 from qwen_fleet.catalog import all_models, find_gpu, find_model
 from qwen_fleet.catalog.types import GpuFacts, LinearAttentionFacts, ModelFacts
+from qwen_fleet.plan.advice import format_capacity_table, suggest_batching
 from qwen_fleet.plan.capacity import (
     CapacityInput,
-    format_capacity_table,
     plan_capacity,
-    suggest_batching,
     valid_tensor_sizes,
     weight_bytes,
     weight_bytes_per_gpu,
@@ -254,11 +253,12 @@ def test_weights_by_dtype_and_quantization() -> None:
     assert weight_bytes(QWEN25_7B) == 15_220_000_000  # 7.61 B x 2 bytes
     assert weight_bytes(QWEN25_7B, dtype="float32") == 30_440_000_000
     embeddings = 2 * 152_064 * 3_584  # untied input and output embeddings stay 16-bit
+    kept = embeddings + (2 * 28 + 1) * 3_584  # and the RMSNorm weights
     awq = weight_bytes(QWEN25_7B, quantization="awq")
-    assert awq == int((7.61e9 - embeddings) * (0.5 + 2.5 / 128) + embeddings * 2)
+    assert awq == int((7.61e9 - kept) * (0.5 + 2.5 / 128) + kept * 2)
     assert 5.5e9 < awq < 5.7e9
     fp8 = weight_bytes(QWEN25_7B, quantization="fp8")
-    assert fp8 == int((7.61e9 - embeddings) + embeddings * 2)
+    assert fp8 == int((7.61e9 - kept) + kept * 2)
     # A pre-quantized repo needs no flag.
     assert weight_bytes(replace(QWEN25_7B, weight_quantization="awq")) == awq
     assert weight_bytes_per_gpu(QWEN25_7B, tensor_parallel=2) == 7_610_000_000
@@ -364,9 +364,10 @@ def test_cpu_offload_moves_weights_off_the_gpu() -> None:
     assert plan_capacity(replace(base, cpu_offload_gib=40, max_model_len=4096)).feasible
 
 
-def test_unknown_quantization_is_a_problem() -> None:
+def test_unknown_quantization_is_planned_with_a_warning() -> None:
     cap = plan_capacity(CapacityInput(model=QWEN25_7B, gpu_memory_gib=80, quantization="int3"))
-    assert [p.reason for p in cap.problems] == ["UnknownQuantization"]
+    assert cap.problems == ()
+    assert "quantization 'int3'" in cap.warnings[0]
 
 
 def test_suggest_batching_for_the_seed_config() -> None:

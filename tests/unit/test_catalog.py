@@ -17,6 +17,7 @@ from qwen_fleet.catalog import (
     gpu_lookup_keys,
     model_lookup_keys,
 )
+from qwen_fleet.catalog.quant_schemes import AWQ_INT4
 from qwen_fleet.catalog.qwen import QUANTIZATION_METHODS, quantized_variant
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "catalog.md"
@@ -187,7 +188,17 @@ def test_quantized_variant_rejects_an_unknown_method() -> None:
     base = find_model("Qwen/Qwen3-8B")
     assert base is not None
     with pytest.raises(ValueError, match="unknown quantization method"):
-        quantized_variant(base, "Qwen/Qwen3-8B-Int3", method="int3", dtype="bfloat16")
+        quantized_variant(base, "Qwen/Qwen3-8B-Int3", method="int3", dtype="bfloat16", scheme=AWQ_INT4)
+    with pytest.raises(ValueError, match="not gptq"):
+        quantized_variant(base, "Qwen/Qwen3-8B-GPTQ", method="gptq", dtype="float16", scheme=AWQ_INT4)
+
+
+def test_every_quantized_checkpoint_carries_its_scheme() -> None:
+    quantized = [m for m in MODELS if m.weight_quantization]
+    assert len(quantized) >= 19
+    for model in quantized:
+        assert model.quant_scheme is not None and model.quant_scheme.method == model.weight_quantization, model.name
+        assert model.base_model is not None and find_model(model.base_model) is not None, model.name
 
 
 def test_facts_are_frozen() -> None:

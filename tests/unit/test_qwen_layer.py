@@ -244,6 +244,64 @@ def test_mtp_on_a_model_without_an_mtp_layer_is_stalled() -> None:
     _, plan = plan_of("Qwen/Qwen3-8B", serving={"speculative": {"numSpeculativeTokens": 2}})
     assert [p.reason for p in plan.problems] == ["SpeculativeDecodingUnsupported"]
     assert "remove serving.speculative" in plan.problems[0].message
+    assert "use serving.speculative.method ngram" in plan.problems[0].message
+
+
+def test_ngram_prompt_lookup_on_any_model_adds_no_kv() -> None:
+    """ngram drafts from the prompt itself: no draft weights, no KV cache of its own, no MTP layer needed."""
+    spec = {"engine": {"maxModelLen": 8192}, "gpu": {"product": "NVIDIA-A10G"}}
+    ngram = {"speculative": {"method": "ngram", "numSpeculativeTokens": 4, "promptLookupMin": 2, "promptLookupMax": 5}}
+    args = flags("Qwen/Qwen3-8B", serving=ngram, **spec)
+    assert json.loads(value(args, "--speculative-config") or "") == {
+        "method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+    _, with_ngram = plan_of("Qwen/Qwen3-8B", serving=ngram, **spec)
+    _, without = plan_of("Qwen/Qwen3-8B", **spec)
+    assert with_ngram.feasible and with_ngram.capacity.kv_bytes_per_token == without.capacity.kv_bytes_per_token
+    status = with_ngram.serving.status()
+    assert (status.speculative_method, status.speculative_tokens) == ("ngram", 4)
+    # A model the catalog does not know gets it as written.
+    assert json.loads(value(flags("some-org/custom", serving={"speculative": {"method": "ngram"}}),
+                            "--speculative-config") or "") == {"method": "ngram", "num_speculative_tokens": 1}
+
+
+def test_a_draft_model_renders_its_repo_and_is_planned_weights_and_kv() -> None:
+    spec = {"engine": {"maxModelLen": 8192}, "gpu": {"product": "NVIDIA-A10G"}}
+    draft = {"speculative": {"method": "draft", "model": "Qwen/Qwen3-0.6B", "numSpeculativeTokens": 3}}
+    args = flags("Qwen/Qwen3-8B", serving=draft, **spec)
+    assert json.loads(value(args, "--speculative-config") or "") == {"model": "Qwen/Qwen3-0.6B",
+                                                                      "num_speculative_tokens": 3}
+    _, with_draft = plan_of("Qwen/Qwen3-8B", serving=draft, **spec)
+    _, without = plan_of("Qwen/Qwen3-8B", **spec)
+    assert with_draft.serving.status().speculative_method == "draft"
+    # Qwen3-0.6B: 0.6e9 x 2 B = 1.2e9 B of weights = 1.12 GiB more per GPU.
+    assert with_draft.capacity.weights_gi_b_per_gpu == pytest.approx(without.capacity.weights_gi_b_per_gpu + 1.12,
+                                                                     abs=0.01)
+    # Its KV: 28 layers x 8 KV heads x 128 x 2 x 2 B = 114,688 B per token, 28 of the 8B's 36 layers of 4,096 B
+    # x 8 heads x 2 x 2 B / 36 = 4,096 B: 147,456 + 114,688 = 262,144 B per token.
+    assert (without.capacity.kv_bytes_per_token, with_draft.capacity.kv_bytes_per_token) == (147_456, 262_144)
+
+
+@pytest.mark.parametrize(("target", "draft", "reason"), [
+    ("Qwen/Qwen3.6-27B", "Qwen/Qwen3-0.6B", "DraftTokenizerMismatch"),  # 248,320-entry vocabulary vs Qwen3's
+    ("Qwen/Qwen3-8B", "Qwen/Qwen2.5-0.5B-Instruct", "DraftTokenizerMismatch"),  # Qwen2.5 lacks Qwen3's <think>
+    ("Qwen/Qwen3-4B", "Qwen/Qwen3-8B", "DraftNotSmaller"),
+    # Same tokenizer, but vocab_size 151,936 vs 152,064: vLLM 0.32 refuses a draft of another vocabulary size.
+    ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct", "DraftVocabularyMismatch"),
+    ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen-7B", "DraftModelUnsupported"),
+])
+def test_bad_draft_pairings_are_stalled(target: str, draft: str, reason: str) -> None:
+    _, plan = plan_of(target, serving={"speculative": {"method": "draft", "model": draft}})
+    assert [p.reason for p in plan.problems] == [reason]
+
+
+def test_a_draft_whose_heads_the_target_tensor_size_does_not_divide_is_stalled() -> None:
+    # vLLM runs the draft at the target's tensor size: Qwen3-0.6B's 16 attention heads split 8 ways (Qwen3-235B-A22B
+    # at tensor 8 with a 0.6B draft is fine), not 32 (the 235B's 64 heads and 4 KV heads would take it).
+    serving = {"speculative": {"method": "draft", "model": "Qwen/Qwen3-0.6B"}}
+    _, plan = plan_of("Qwen/Qwen3-235B-A22B", serving=serving, parallelism={"tensor": 8})
+    assert "DraftTensorSizeMismatch" not in [p.reason for p in plan.problems]
+    _, plan = plan_of("Qwen/Qwen3-235B-A22B", serving=serving, parallelism={"tensor": 32, "nodes": 2})
+    assert "DraftTensorSizeMismatch" in [p.reason for p in plan.problems]
 
 
 def test_status_carries_the_serving_defaults_and_the_crd_accepts_them() -> None:

@@ -23,13 +23,48 @@ ToolCallParser = Literal["hermes", "qwen3_json", "qwen3_coder", "qwen3_xml", "no
 _GENERATE_ONLY = "!has(self.task) || self.task == 'generate' || "
 
 
-class Speculative(ApiModel):
-    """Speculative decoding with the model's own multi-token-prediction (MTP) layer (Qwen3.5/3.6)."""
+class Speculative(ApiModel, rules=[
+    Rule(cel="(has(self.method) && self.method == 'ngram') || (!has(self.promptLookupMin) && "
+             "!has(self.promptLookupMax))",
+         check=lambda s: s.method == "ngram" or (s.prompt_lookup_min is None and s.prompt_lookup_max is None),
+         message="serving.speculative.promptLookupMin and promptLookupMax apply to method ngram only"),
+    Rule(cel="!has(self.promptLookupMin) || !has(self.promptLookupMax) || "
+             "self.promptLookupMin <= self.promptLookupMax",
+         check=lambda s: s.prompt_lookup_min is None or s.prompt_lookup_max is None
+         or s.prompt_lookup_min <= s.prompt_lookup_max,
+         message="serving.speculative.promptLookupMin must not exceed promptLookupMax"),
+    Rule(cel="(has(self.method) && self.method == 'draft') == has(self.model)",
+         check=lambda s: (s.method == "draft") == (s.model is not None),
+         message="serving.speculative.model names the draft model of method draft, and only of it"),
+]):
+    """Speculative decoding: the model's own multi-token-prediction (MTP) layer (Qwen3.5/3.6, Qwen3-Next),
+    n-gram prompt lookup (any model: drafts by copying what followed the last n tokens earlier in the prompt), or
+    a smaller draft model of the same tokenizer family."""
 
-    method: Literal["mtp"] = Field(default="mtp", description="mtp: the checkpoint's MTP layer drafts tokens "
-                                   "(vLLM --speculative-config method mtp).")
+    method: Literal["mtp", "ngram", "draft"] = Field(
+        default="mtp", description="mtp: the checkpoint's MTP layer drafts tokens (refused for a model without "
+        "one; its KV cache is planned). ngram: prompt lookup, no draft weights or KV cache. draft: the smaller "
+        "model named in model drafts (same tokenizer family; its weights and KV cache are planned).")
+    model: str | None = Field(default=None, max_length=256, pattern=TOKEN, description="draft: Hugging Face repo "
+                              "id of the draft model, e.g. Qwen/Qwen3-0.6B for a Qwen3 target.")
     num_speculative_tokens: int = Field(default=1, ge=1, le=8, description="Tokens drafted per step (the "
                                         "Qwen3.5/3.6 MTP layer is one layer, applied repeatedly).")
+    prompt_lookup_min: int | None = Field(default=None, ge=1, le=32, description="ngram: shortest n-gram matched "
+                                          "in the prompt (vLLM prompt_lookup_min; default: vLLM's).")
+    prompt_lookup_max: int | None = Field(default=None, ge=1, le=32, description="ngram: longest n-gram matched "
+                                          "in the prompt (vLLM prompt_lookup_max; default: vLLM's).")
+
+    def config(self) -> dict[str, str | int]:
+        """vLLM's --speculative-config for this spec."""
+        if self.method == "draft" and self.model is not None:
+            # vLLM names the method of a separate draft model itself (draft_model) from the model it is given.
+            return {"model": self.model, "num_speculative_tokens": self.num_speculative_tokens}
+        out: dict[str, str | int] = {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens}
+        if self.prompt_lookup_min is not None:
+            out["prompt_lookup_min"] = self.prompt_lookup_min
+        if self.prompt_lookup_max is not None:
+            out["prompt_lookup_max"] = self.prompt_lookup_max
+        return out
 
 
 class Adapter(ApiModel, rules=[Rule(
@@ -125,9 +160,9 @@ class ServingSpec(ApiModel, rules=[
                                                     "(--tool-call-parser, with --enable-auto-tool-choice). "
                                                     "Default: hermes for Qwen2.5/Qwen3/2507, qwen3_coder for "
                                                     "Qwen3-Coder and Qwen3.5/3.6; none switches tools off.")
-    speculative: Speculative | None = Field(default=None, description="Speculative decoding (generate only). "
-                                            "Refused for a model without an MTP layer; the planner counts "
-                                            "the MTP layer's KV cache.")
+    speculative: Speculative | None = Field(default=None, description="Speculative decoding (generate only): "
+                                            "mtp (refused for a model without an MTP layer; the planner counts "
+                                            "the MTP layer's KV cache) or ngram prompt lookup (any model).")
     adapters: list[Adapter] = Field(default_factory=list, max_length=16, description="LoRA adapters served "
                                     "beside the base model, each under its own name (--enable-lora "
                                     "--lora-modules; --max-loras is their count).")
@@ -176,7 +211,9 @@ class ServingStatus(ApiModel):
     tool_call_parser: str | None = Field(default=None, description="--tool-call-parser, if any.")
     thinking: bool | None = Field(default=None, description="enable_thinking default, if set.")
     rope_scaling_factor: float | None = Field(default=None, description="YaRN factor, if rope scaling is on.")
-    speculative_tokens: int | None = Field(default=None, description="MTP tokens drafted per step, if on.")
+    speculative_tokens: int | None = Field(default=None, description="Tokens drafted per step, if on.")
+    speculative_method: Literal["mtp", "ngram", "draft"] | None = Field(
+        default=None, description="mtp, ngram or draft, if speculative decoding is on.")
     adapters: list[str] | None = Field(default=None, description="Names of the LoRA adapters served.")
     language_model_only: bool | None = Field(default=None, description="True when vLLM builds no vision "
                                              "encoder (multimodal.languageModelOnly, or image and video limits "

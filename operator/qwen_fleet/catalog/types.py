@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from qwen_fleet.catalog.mig import MigProfile
 from qwen_fleet.catalog.serving import GENERIC, ServingFacts
@@ -17,6 +18,38 @@ class LinearAttentionFacts:
     key_head_dim: int
     value_head_dim: int
     conv_kernel_size: int
+
+
+# Which weights a quantized checkpoint stores in its low-bit format; the rest stay in the model dtype.
+#   linear:  every linear layer (attention, MLP, experts); embeddings, LM head, norms and a vision encoder stay
+#   mlp:     the dense MLP of a dense model, the routed experts of a MoE model (attention, shared experts, MTP and
+#            vision left at 16-bit, e.g. Qwen3.5 GPTQ-Int4's `dynamic` exclusions)
+#   experts: the routed experts only (vLLM's experts_int8; MXFP4 and moe_wna16 as vLLM applies them to MoE layers)
+QuantScope = Literal["linear", "mlp", "experts"]
+
+
+@dataclass(frozen=True)
+class QuantScheme:
+    """How a checkpoint stores its quantized weights: its config.json ``quantization_config`` in numbers.
+
+    Bits per quantized weight = ``weight_bits + (scale_bits + zero_bits) / group_size``: one scale (and, for
+    asymmetric integer formats, one zero point) per group of ``group_size`` consecutive weights. ``group_size``
+    None means one scale per output channel or per tensor: under 0.04 bit per weight for Qwen's widths, counted 0.
+    """
+
+    method: str  # vLLM's --quantization name of the format (config.json quant_method)
+    weight_bits: int
+    group_size: int | None = None
+    scale_bits: int = 16
+    zero_bits: int = 0
+    scope: QuantScope = "linear"
+    label: str = ""  # how people name it: "NVFP4", "W4A16 g128", "GPTQ-Int4"
+
+    @property
+    def bits_per_weight(self) -> float:
+        if self.group_size is None:
+            return float(self.weight_bits)
+        return self.weight_bits + (self.scale_bits + self.zero_bits) / self.group_size
 
 
 @dataclass(frozen=True)
@@ -41,6 +74,8 @@ class ModelFacts:
     tie_word_embeddings: bool = False
     dtype: str = "bfloat16"  # dtype of the published weights
     weight_quantization: str | None = None  # "awq", "gptq", "fp8" for pre-quantized repos
+    # The pre-quantized repo's quantization_config (bits, groups, scales, which layers); None: not quantized.
+    quant_scheme: QuantScheme | None = None
     aliases: tuple[str, ...] = ()
     sources: tuple[str, ...] = field(default=())
     # Hybrid models: every N-th layer is full attention (config.json `full_attention_interval`).
@@ -80,8 +115,18 @@ class ModelFacts:
         return self.linear_attention is not None
 
     @property
+    def tokenizer_family(self) -> str:
+        """Models of one tokenizer family share their token ids (a draft model must share the target's): Qwen3.6
+        kept Qwen3.5's 248,320-entry vocabulary; Qwen3-VL and Qwen3-Next use Qwen3's (151,669 tokens with the
+        <think> tokens Qwen2.5's 151,665 lack)."""
+        return _TOKENIZER_FAMILY.get(self.family, self.family)
+
+    @property
     def is_multimodal(self) -> bool:
         return self.vision_params_billion is not None
+
+
+_TOKENIZER_FAMILY = {"qwen3.6": "qwen3.5", "qwen3-vl": "qwen3", "qwen3-next": "qwen3"}
 
 
 @dataclass(frozen=True)

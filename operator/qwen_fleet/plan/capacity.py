@@ -15,10 +15,9 @@ The memory model, per GPU (docs/capacity.md says what is exact and what is estim
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from qwen_fleet.catalog.types import GpuFacts, ModelFacts
+from qwen_fleet.catalog.types import ModelFacts
 from qwen_fleet.plan.capacity_vllm import (
     GIB,
     KvPool,
@@ -32,37 +31,30 @@ from qwen_fleet.plan.capacity_vllm import (
     state_bytes_per_sequence,
 )
 from qwen_fleet.plan.lora import lora_bytes_per_gpu, lora_refusal, lora_warning
+from qwen_fleet.plan.quantization import choose_scheme
+from qwen_fleet.plan.weights import (
+    bytes_per_quantized_param,
+    expert_bytes_moved_per_gpu,
+    vision_bytes,
+    weight_bytes,
+    weight_bytes_per_gpu,
+)
 
 __all__ = [
-    "BatchingAdvice",
     "Capacity",
     "CapacityInput",
     "Problem",
     "cpu_kv_cache_tokens",
     "default_max_num_batched_tokens",
-    "format_capacity_table",
     "kv_bytes_per_token",
     "overhead_bytes_per_gpu",
     "plan_capacity",
-    "suggest_batching",
     "valid_tensor_sizes",
     "vision_bytes",
     "weight_bytes",
     "weight_bytes_per_gpu",
 ]
 
-# Bytes per parameter of quantized linear layers. AWQ/GPTQ: 4-bit weights plus, per group of 128, an
-# fp16 scale and a 4-bit zero point; FP8: one byte plus per-channel scales (negligible). Embeddings and
-# the LM head stay in the model dtype in all of these formats.
-QUANTIZED_BYTES_PER_PARAM = {
-    "awq": 0.5 + 2.5 / 128,
-    "awq_marlin": 0.5 + 2.5 / 128,
-    "gptq": 0.5 + 2.5 / 128,
-    "gptq_marlin": 0.5 + 2.5 / 128,
-    "bitsandbytes": 0.5 + 4 / 64,  # NF4, block 64, fp32 absmax
-    "fp8": 1.0,
-    "compressed-tensors": 1.0,  # the FP8 (W8A8) checkpoints Qwen publishes
-}
 # Allocations outside torch's caching allocator that vLLM's profiling counts against the KV cache
 # (cuBLAS/cuDNN workspaces, NCCL buffers): an estimate.
 NON_TORCH_BYTES = GIB // 2
@@ -98,6 +90,7 @@ class CapacityInput:
     max_loras: int = 0  # --max-loras when LoRA is on (0: off)
     max_lora_rank: int = 16  # --max-lora-rank (vLLM's default)
     vision_encoder: bool = True  # False: vLLM builds no vision encoder (--language-model-only, all limits 0)
+    draft_weight_bytes: int = 0  # a draft model's weights (speculative method draft), split like the target's
 
 
 @dataclass(frozen=True)
@@ -166,68 +159,6 @@ def _tensor_size_problem(model: ModelFacts, tp: int) -> str:
     return ""
 
 
-def _bytes_per_param(inp: CapacityInput, quant: str | None) -> float:
-    return QUANTIZED_BYTES_PER_PARAM[quant] if quant else dtype_bytes(model_dtype(inp.model, inp.dtype))
-
-
-def expert_bytes_moved_per_gpu(model: ModelFacts, tp: int, pp: int, dp: int, bytes_per_param: float) -> int:
-    """Expert weights a GPU no longer holds when the experts spread over tensor x data GPUs (expert
-    parallel) instead of each being split over the tensor ranks of every data-parallel copy."""
-    from qwen_fleet.plan.parallel import expert_params_billion  # parallel.py imports this module
-
-    stage_share = cdiv(model.num_layers, pp) / model.num_layers
-    experts = expert_params_billion(model) * 1e9 * bytes_per_param * stage_share
-    return int(experts / tp - experts / (tp * dp))
-
-
-def vision_bytes(model: ModelFacts, dtype: str = "auto") -> int:
-    """Bytes of a vision-language model's vision encoder, in the model dtype (0 for a text-only model)."""
-    return int((model.vision_params_billion or 0.0) * 1e9 * dtype_bytes(model_dtype(model, dtype)))
-
-
-def weight_bytes(model: ModelFacts, dtype: str = "auto", quantization: str | None = None, *,
-                 vision_encoder: bool = True) -> int:
-    """Bytes of all weights (every expert of a MoE model) as loaded by the engine; without the vision encoder
-    when ``vision_encoder`` is False (vLLM then neither builds nor loads it)."""
-    quant = quantization or model.weight_quantization
-    full = dtype_bytes(model_dtype(model, dtype))
-    vision = (model.vision_params_billion or 0.0) * 1e9
-    # The checkpoint's count where known: it includes what vLLM loads beside the language model (vision encoder,
-    # MTP layer). A card's count covers the language model only, so the vision encoder is added to it.
-    params = model.checkpoint_params_billion * 1e9 if model.checkpoint_params_billion else \
-        model.params_billion * 1e9 + vision
-    if not vision_encoder:
-        params -= vision
-        vision = 0.0
-    if quant is None:
-        return int(params * full)
-    # Quantized checkpoints keep the embeddings (and a vision encoder) in the model dtype.
-    embeddings = model.vocab_size * model.hidden_size * (1 if model.tie_word_embeddings else 2) + vision
-    per_param = QUANTIZED_BYTES_PER_PARAM[quant]
-    return int((params - embeddings) * per_param + embeddings * full)
-
-
-def weight_bytes_per_gpu(
-    model: ModelFacts,
-    tensor_parallel: int = 1,
-    pipeline_parallel: int = 1,
-    dtype: str = "auto",
-    quantization: str | None = None,
-    *,
-    vision_encoder: bool = True,
-) -> int:
-    """Weights on the busiest GPU: layers split over pipeline stages (an end stage also holds an
-    embedding matrix), every tensor split over the tensor-parallel ranks."""
-    total = weight_bytes(model, dtype, quantization, vision_encoder=vision_encoder)
-    if pipeline_parallel == 1:
-        return cdiv(total, tensor_parallel)
-    embedding = model.vocab_size * model.hidden_size * dtype_bytes(model_dtype(model, dtype))
-    embeddings = embedding * (1 if model.tie_word_embeddings else 2)
-    layers_share = cdiv(model.num_layers, pipeline_parallel) / model.num_layers
-    stage = int((total - embeddings) * layers_share) + embedding
-    return cdiv(stage, tensor_parallel)
-
-
 def default_max_num_batched_tokens(gpu_memory_gib: float) -> tuple[int, int]:
     """vLLM 0.32's API-server defaults (max_num_batched_tokens, max_num_seqs) by GPU memory
     (``EngineArgs.get_batch_defaults``; A100-80GB is treated as the small class there)."""
@@ -264,19 +195,16 @@ def plan_capacity(inp: CapacityInput) -> Capacity:
     max_num_seqs = inp.max_num_seqs or default_seqs
     max_len = inp.max_model_len or model.native_context
     batched = inp.max_num_batched_tokens or default_tokens
-    quant = inp.quantization or model.weight_quantization
-    if quant is not None and quant not in QUANTIZED_BYTES_PER_PARAM:
-        problems.append(
-            Problem(
-                "UnknownQuantization",
-                f"Quantization {quant!r} is not one of {', '.join(sorted(QUANTIZED_BYTES_PER_PARAM))}.",
-            )
-        )
-        quant = None
+    choice = choose_scheme(model, inp.quantization)
+    if choice.refusal is not None:
+        problems.append(Problem(*choice.refusal))
+    quant = choice.scheme
     tp_ok, pp_ok = max(tp, 1), max(pp, 1)
     weights = weight_bytes_per_gpu(model, tp_ok, pp_ok, inp.dtype, quant, vision_encoder=inp.vision_encoder)
     if inp.expert_parallel and inp.data_parallel > 1:
-        weights -= expert_bytes_moved_per_gpu(model, tp_ok, pp_ok, inp.data_parallel, _bytes_per_param(inp, quant))
+        weights -= expert_bytes_moved_per_gpu(model, tp_ok, pp_ok, inp.data_parallel,
+                                              bytes_per_quantized_param(model, quant, inp.dtype))
+    weights += cdiv(inp.draft_weight_bytes, tp_ok)  # vLLM runs the draft at the target's tensor size
     weights = max(0, weights - int(inp.cpu_offload_gib * GIB))
     lora = lora_bytes_per_gpu(model, max_loras=inp.max_loras, max_rank=inp.max_lora_rank, tensor_parallel=tp_ok,
                               pipeline_parallel=pp_ok, dtype=inp.dtype,
@@ -320,6 +248,8 @@ def plan_capacity(inp: CapacityInput) -> Capacity:
                                                   kv_space=kv_space + lora, pool=pool, max_len=max_len):
         problems = [p for p in problems if p.reason not in _MEMORY_REASONS] + [
             Problem("LoraAdaptersDoNotFit", lora_refusal(model.name, inp.max_loras, inp.max_lora_rank, lora))]
+    unsized = [p.message for p in problems if choice.unknown and p.reason in _MEMORY_REASONS]
+    problems = [p for p in problems if p.message not in unsized]  # unknown bits: the 16-bit figure only warns
     concurrency = pool.max_concurrency(kv_space, max_len)
     return Capacity(
         input=inp,
@@ -339,7 +269,8 @@ def plan_capacity(inp: CapacityInput) -> Capacity:
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=batched,
         problems=tuple(problems),
-        warnings=tuple(_warnings(inp, max_len, max_num_seqs, concurrency)
+        warnings=tuple(([choice.warning] if choice.warning else []) + unsized
+                       + _warnings(inp, max_len, max_num_seqs, concurrency)
                        + ([lora_warning(model)] if inp.max_loras and lora is None else [])),
         lora_bytes_per_gpu=lora or 0,
         # vLLM shards the encoder's linear layers over the tensor ranks (mm_encoder_tp_mode "weights").
@@ -428,95 +359,3 @@ def _warnings(inp: CapacityInput, max_len: int, max_num_seqs: int, concurrency: 
 
 def _gib(n: int) -> str:
     return f"{n / GIB:.2f}"
-
-
-@dataclass(frozen=True)
-class BatchingAdvice:
-    """Continuous-batching settings for one model on one GPU type, and why."""
-
-    max_model_len: int
-    max_num_seqs: int  # what the KV cache holds at max_model_len (capped by the requested/default)
-    max_num_batched_tokens: int
-    gpu_memory_utilization: float
-    capacity: Capacity
-    notes: tuple[str, ...]
-
-
-def suggest_batching(
-    model: ModelFacts,
-    gpu: GpuFacts,
-    *,
-    max_model_len: int,
-    max_num_seqs: int | None = None,
-    max_num_batched_tokens: int | None = None,
-    gpu_memory_utilization: float = 0.9,
-    tensor_parallel: int = 1,
-    quantization: str | None = None,
-    kv_cache_dtype: str = "auto",
-) -> BatchingAdvice:
-    """How many sequences of ``max_model_len`` tokens fit, next to the ``max_num_seqs`` asked for.
-
-    E.g. the seed's advice for Qwen2.5-7B-Instruct on an A10G (max_num_seqs 64, max_num_batched_tokens
-    2048, gpu_memory_utilization 0.8): the result says what max_num_seqs the KV cache really holds.
-    """
-    cap = plan_capacity(
-        CapacityInput(
-            model=model,
-            gpu_memory_gib=gpu.memory_gib,
-            tensor_parallel=tensor_parallel,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            quantization=quantization,
-            kv_cache_dtype=kv_cache_dtype,
-        )
-    )
-    fits = cap.max_concurrent_sequences if cap.feasible else 0
-    seqs = max(1, min(cap.max_num_seqs, fits)) if fits else 0
-    notes = [p.message for p in cap.problems]
-    if cap.feasible and fits < cap.max_num_seqs:
-        notes.append(
-            f"{gpu.short_name}: the KV cache ({cap.kv_cache_tokens:,} tokens) holds {fits} sequences "
-            f"of {max_model_len:,} tokens, fewer than max_num_seqs {cap.max_num_seqs}; use "
-            f"max_num_seqs {seqs}, a shorter max_model_len, an FP8 KV cache or more GPUs."
-        )
-    elif cap.feasible:
-        notes.append(
-            f"{gpu.short_name}: the KV cache ({cap.kv_cache_tokens:,} tokens) holds {fits} sequences of "
-            f"{max_model_len:,} tokens; max_num_seqs {cap.max_num_seqs} never waits for KV blocks."
-        )
-    return BatchingAdvice(
-        max_model_len=max_model_len,
-        max_num_seqs=seqs,
-        max_num_batched_tokens=cap.max_num_batched_tokens,
-        gpu_memory_utilization=gpu_memory_utilization,
-        capacity=cap,
-        notes=tuple(notes),
-    )
-
-
-TABLE_COLUMNS = ("MODEL", "GPUS", "WEIGHTS/GPU", "KV/GPU", "KV TOKENS", "CONTEXT", "SEQS@CONTEXT", "STATUS")
-
-
-def format_capacity_table(rows: Sequence[Capacity]) -> str:
-    """A fixed-width table of plans, one row each; sizes in GiB. STATUS is ``ok`` or the problem reasons."""
-    lines = [TABLE_COLUMNS]
-    for cap in rows:
-        status = ",".join(p.reason for p in cap.problems) or ("ok" if not cap.warnings else "ok (warnings)")
-        lines.append(
-            (
-                cap.input.model.name,
-                f"{cap.input.tensor_parallel}x{cap.input.pipeline_parallel}",
-                _gib(cap.weight_bytes_per_gpu),
-                _gib(cap.kv_cache_bytes_per_gpu),
-                f"{cap.kv_cache_tokens:,}",
-                f"{cap.max_model_len:,}",
-                f"{cap.max_concurrency:.1f}",
-                status,
-            )
-        )
-    widths = [max(len(row[i]) for row in lines) for i in range(len(TABLE_COLUMNS))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in lines
-    )

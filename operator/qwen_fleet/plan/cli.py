@@ -11,15 +11,10 @@ from pydantic import ValidationError
 
 from qwen_fleet.api import KIND, QwenInference
 from qwen_fleet.catalog import all_gpus, find_gpu, find_model
+from qwen_fleet.catalog.types import GpuFacts, ModelFacts
 from qwen_fleet.plan import pool_view
-from qwen_fleet.plan.capacity import (
-    Capacity,
-    CapacityInput,
-    format_capacity_table,
-    plan_capacity,
-    suggest_batching,
-    valid_tensor_sizes,
-)
+from qwen_fleet.plan.advice import format_capacity_table, suggest_batching
+from qwen_fleet.plan.capacity import Capacity, CapacityInput, plan_capacity, valid_tensor_sizes
 from qwen_fleet.plan.daily import (
     DailyPlanError,
     DailyWork,
@@ -35,6 +30,7 @@ from qwen_fleet.plan.planner import (
     gpu_memory_gib,
     layout_of,
 )
+from qwen_fleet.plan.propose import Constraints, format_proposals, propose_layouts
 
 
 def _print_details(caps: list[Capacity]) -> None:
@@ -103,11 +99,28 @@ def _from_file(path: str, daily: tuple[DailyWork, ReplicaThroughput] | None = No
             cap = plan_capacity(inp)
             caps.append(cap)
             refused |= _print_layout(view, cap)
+            _print_fits(view, cap)
     if caps:
         _print_details(caps)
         for cap in caps:
             refused |= _print_daily(daily, cap)
     return 1 if refused or any(c.problems for c in caps) else 0
+
+
+def _print_fits(cr: QwenInference, cap: Capacity) -> None:
+    """For a spec that does not fit a catalog GPU: the smallest layouts that do, at its maxModelLen."""
+    gpu = find_gpu(cr.spec.gpu.product) if cr.spec.gpu.product else None
+    model = find_model(cr.spec.model.name)
+    if gpu is None or model is None or not any(p.reason in _DOES_NOT_FIT for p in cap.problems):
+        return
+    limits = Constraints(context=cr.spec.engine.max_model_len, gpu_memory_utilization=cap.input.gpu_memory_utilization)
+    found = propose_layouts(model, gpu, limits)
+    print("  layouts that fit:" if found else "  layouts that fit: none within 4 nodes of 8 GPUs")
+    for line in format_proposals(found, gpu):
+        print(f"    {line}")
+
+
+_DOES_NOT_FIT = ("WeightsDoNotFit", "NoMemoryForKVCache", "MaxModelLenExceedsKVCache")
 
 
 def _views(cr: QwenInference) -> list[QwenInference]:
@@ -184,6 +197,25 @@ def plan_command(args: argparse.Namespace) -> int:
               f"maxNumBatchedTokens {advice.max_num_batched_tokens}")
         for note in advice.notes:
             print(f"  {note}")
+    _print_proposals(model, gpu, args, util)
     if _print_daily(daily, caps[0]):
         return 1
     return 0 if caps[0].feasible else 1
+
+
+def _print_proposals(model: ModelFacts, gpu: GpuFacts, args: argparse.Namespace, util: float) -> None:
+    limits = Constraints(max_gpus_per_node=args.max_gpus_per_node, max_nodes=args.max_nodes,
+                         context=args.target_context or args.max_model_len, concurrency=args.target_concurrency,
+                         gpu_memory_utilization=util)
+    proposals = propose_layouts(model, gpu, limits)
+    if not proposals:
+        print(f"layouts that fit: none within {limits.max_nodes} node(s) of {limits.max_gpus_per_node} "
+              f"{gpu.short_name}; raise --max-nodes or --max-gpus-per-node, or lower --target-context")
+        return
+    print(f"layouts that fit (smallest first, gpu_memory_utilization {util:g}):")
+    for line in format_proposals(proposals, gpu):
+        print(f"  {line}")
+    explicit = util if args.gpu_memory_utilization else None
+    spec = proposals[0].spec(gpu, gpu_memory_utilization=explicit)
+    print("spec of the first:")
+    print("  " + yaml.safe_dump({"spec": spec}, sort_keys=False).rstrip().replace("\n", "\n  "))

@@ -8,12 +8,17 @@ is never blocked: the plan says it was skipped, with a warning.
 from __future__ import annotations
 
 from dataclasses import replace
+from math import ceil
 
 from qwen_fleet.api.resource import CapacityStatus, QwenInferenceSpec
 from qwen_fleet.catalog import find_gpu, find_model
+from qwen_fleet.catalog.types import ModelFacts
 from qwen_fleet.plan.capacity import Capacity, CapacityInput, Problem, plan_capacity
+from qwen_fleet.plan.capacity_vllm import kv_bytes_per_token
 from qwen_fleet.plan.parallel import Layout, parallel_problems, parallel_warnings
-from qwen_fleet.plan.serving import effective_context, mtp_layers, skips_vision_encoder
+from qwen_fleet.plan.propose import Constraints, format_proposals, propose_layouts
+from qwen_fleet.plan.serving import draft_model, effective_context, mtp_layers, skips_vision_encoder
+from qwen_fleet.plan.weights import weight_bytes
 
 GIB = 1024**3
 # vLLM 0.32's --gpu-memory-utilization default (read from its argument parser by the contract test).
@@ -55,11 +60,13 @@ def capacity_input(spec: QwenInferenceSpec, memory_gib: float) -> CapacityInput 
     if model is None:
         return None
     engine = spec.engine
+    extra = mtp_layers(spec, model) + draft_kv_layers(spec, model)
     return CapacityInput(
-        # YaRN raises the context; an MTP draft adds one full-attention layer of KV cache per token.
-        model=replace(model, native_context=effective_context(spec, model),
-                      num_layers=model.num_layers + mtp_layers(spec, model),
-                      full_attention_layers=model.full_attention_layers + mtp_layers(spec, model)),
+        # YaRN raises the context; an MTP draft adds one full-attention layer of KV cache per token, a draft model
+        # its own layers' worth (draft_kv_layers).
+        model=replace(model, native_context=effective_context(spec, model), num_layers=model.num_layers + extra,
+                      full_attention_layers=model.full_attention_layers + extra),
+        draft_weight_bytes=_draft_weight_bytes(spec),
         gpu_memory_gib=memory_gib,
         tensor_parallel=spec.parallelism.tensor,
         pipeline_parallel=spec.parallelism.pipeline,
@@ -80,6 +87,22 @@ def capacity_input(spec: QwenInferenceSpec, memory_gib: float) -> CapacityInput 
         max_lora_rank=spec.serving.max_lora_rank or VLLM_DEFAULT_MAX_LORA_RANK,
         vision_encoder=not skips_vision_encoder(spec),
     )
+
+
+def draft_kv_layers(spec: QwenInferenceSpec, model: ModelFacts) -> int:
+    """A draft model's KV cache per token, in layers of the target's (vLLM keeps both in one pool, so every
+    token costs the two): the draft's bytes per token over one target layer's, rounded up."""
+    draft = draft_model(spec)
+    if draft is None:
+        return 0
+    kv_cache_dtype = spec.engine.kv_cache_dtype or "auto"
+    per_layer = kv_bytes_per_token(model, kv_cache_dtype) / model.full_attention_layers
+    return ceil(kv_bytes_per_token(draft, kv_cache_dtype) / per_layer)
+
+
+def _draft_weight_bytes(spec: QwenInferenceSpec) -> int:
+    draft = draft_model(spec)
+    return weight_bytes(draft, spec.engine.dtype or "auto") if draft is not None else 0
 
 
 def to_status(cap: Capacity, memory_gib: float) -> CapacityStatus:
@@ -143,8 +166,28 @@ def _assess_known(spec: QwenInferenceSpec) -> tuple[CapacityStatus | None, list[
     inp = capacity_input(spec, memory)
     assert inp is not None
     cap = plan_capacity(inp)
-    problems = list(cap.problems) + _time_slice_problems(spec, inp.gpu_memory_utilization)
+    problems = _with_layouts_that_fit(spec, inp, list(cap.problems))
+    problems += _time_slice_problems(spec, inp.gpu_memory_utilization)
     return to_status(cap, memory), problems, list(cap.warnings)
+
+
+_DOES_NOT_FIT = ("WeightsDoNotFit", "NoMemoryForKVCache", "MaxModelLenExceedsKVCache")
+
+
+def _with_layouts_that_fit(spec: QwenInferenceSpec, inp: CapacityInput, problems: list[Problem]) -> list[Problem]:
+    """A spec that does not fit names the smallest layouts that do (plan/propose.py), for a whole catalog GPU."""
+    gpu = find_gpu(spec.gpu.product) if spec.gpu.product and not spec.gpu.memory_gi_b else None
+    model = find_model(spec.model.name)
+    if gpu is None or model is None or spec.gpu.sharing is not None or \
+            not any(p.reason in _DOES_NOT_FIT for p in problems):
+        return problems
+    limits = Constraints(max_gpus_per_node=max(8, spec.gpus_per_pod), context=spec.engine.max_model_len,
+                         gpu_memory_utilization=inp.gpu_memory_utilization)
+    proposals = propose_layouts(model, gpu, limits, count=3)
+    fits = "; ".join(format_proposals(proposals, gpu)) if proposals else (
+        f"none within {limits.max_nodes} nodes of {limits.max_gpus_per_node} {gpu.short_name}")
+    return [replace(p, message=f"{p.message} Layouts that fit: {fits}.") if p.reason in _DOES_NOT_FIT else p
+            for p in problems]
 
 
 def _time_slice_problems(spec: QwenInferenceSpec, utilization: float) -> list[Problem]:

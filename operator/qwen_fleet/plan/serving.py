@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from qwen_fleet.api.resource import QwenInferenceSpec
 from qwen_fleet.api.serving import VISION_MODALITIES, MediaLimits, ServingStatus
-from qwen_fleet.catalog import ModelFacts, find_gpu, find_model
+from qwen_fleet.catalog import ModelFacts, all_models, find_gpu, find_model
 from qwen_fleet.catalog.serving import TOOL_PARSERS_BY_FORMAT, YarnFacts
-from qwen_fleet.plan.capacity import Problem
+from qwen_fleet.plan.capacity import Problem, valid_tensor_sizes
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,8 @@ class ServingPlan:
     tool_call_parser: str | None = None
     thinking: bool | None = None
     rope_scaling_factor: float | None = None
-    speculative_tokens: int | None = None  # MTP
+    speculative_tokens: int | None = None  # tokens drafted per step (None: no speculative decoding)
+    speculative_config: dict[str, str | int] = field(default_factory=dict)  # --speculative-config
     adapters: tuple[tuple[str, str], ...] = ()  # LoRA: (served name, what --lora-modules' path gets)
     max_lora_rank: int | None = None
     language_model_only: bool = False  # --language-model-only
@@ -42,11 +43,18 @@ class ServingPlan:
         limits = dict(self.media_limits)
         return self.language_model_only or all(limits.get(m) == 0 for m in VISION_MODALITIES)
 
+    def _speculative_method(self) -> Literal["mtp", "ngram", "draft"] | None:
+        if not self.speculative_tokens:
+            return None
+        method = self.speculative_config.get("method")
+        return "ngram" if method == "ngram" else "mtp" if method == "mtp" else "draft"
+
     def status(self) -> ServingStatus:
         return ServingStatus(task=self.task, reasoning_parser=self.reasoning_parser,  # type: ignore[arg-type]
                              tool_call_parser=self.tool_call_parser, thinking=self.thinking,
                              rope_scaling_factor=self.rope_scaling_factor,
                              speculative_tokens=self.speculative_tokens,
+                             speculative_method=self._speculative_method(),
                              adapters=[name for name, _ in self.adapters] or None,
                              language_model_only=self.skips_vision_encoder or None,
                              limits_per_prompt=MediaLimits(**dict(self.media_limits)) if self.media_limits else None,
@@ -128,6 +136,7 @@ def _plan_serving(spec: QwenInferenceSpec) -> tuple[ServingPlan, list[Problem]]:
                            tool_call_parser=_off(wanted.tool_call_parser), thinking=wanted.thinking,
                            rope_scaling_factor=rope[0] if rope else None,
                            speculative_tokens=wanted.speculative.num_speculative_tokens if wanted.speculative else None,
+                           speculative_config=wanted.speculative.config() if wanted.speculative else {},
                            hf_overrides=rope[1] if rope else {}), problems
     facts = model.serving
     task = wanted.task or facts.task
@@ -140,9 +149,11 @@ def _plan_serving(spec: QwenInferenceSpec) -> tuple[ServingPlan, list[Problem]]:
         if task == facts.task else {}
     if rope:
         overrides.update(rope[1])
+    drafted = _speculative_tokens(spec, model) if generating else None
     return ServingPlan(task=task, reasoning_parser=_off(reasoning), tool_call_parser=_off(tools),
                        thinking=wanted.thinking if generating else None,
-                       speculative_tokens=_mtp_tokens(spec, model) if generating else None,
+                       speculative_tokens=drafted,
+                       speculative_config=wanted.speculative.config() if drafted and wanted.speculative else {},
                        rope_scaling_factor=rope[0] if rope else None, hf_overrides=overrides, from_catalog=True), \
         problems + rope_problems
 
@@ -175,10 +186,11 @@ def _family_problems(spec: QwenInferenceSpec, model: ModelFacts, task: str) -> l
             what = f"writes {facts.tool_format} tool calls" if facts.tool_format else "has no tool-call format"
             out.append(Problem("ToolCallParserMismatch",
                                f"{name} {what}, which tool-call parser {tool} does not read: {fix}"))
-    if wanted.speculative is not None and not facts.mtp:
+    if wanted.speculative is not None and wanted.speculative.method == "mtp" and not facts.mtp:
         out.append(Problem("SpeculativeDecodingUnsupported",
                            f"{name} has no multi-token-prediction (MTP) layer to draft with (Qwen3.5/3.6 ship "
-                           "one): remove serving.speculative"))
+                           "one): use serving.speculative.method ngram, or remove serving.speculative"))
+    out += _draft_problems(spec, model)
     if wanted.thinking is not None and not facts.thinking_switch and task == "generate":
         out.append(Problem("ThinkingSwitchUnsupported",
                            f"{name}'s chat template has no enable_thinking switch (Instruct-2507 never thinks, "
@@ -186,9 +198,69 @@ def _family_problems(spec: QwenInferenceSpec, model: ModelFacts, task: str) -> l
     return out
 
 
+def _draft_problems(spec: QwenInferenceSpec, model: ModelFacts) -> list[Problem]:
+    """A draft model must share the target's tokenizer (vLLM verifies the draft's token ids with the target) and be
+    smaller; a draft the catalog does not know is taken as written."""
+    wanted = spec.serving.speculative
+    draft = find_model(wanted.model) if wanted is not None and wanted.method == "draft" and wanted.model else None
+    if draft is None:
+        return []
+    if draft.engine_unsupported:
+        return [Problem("DraftModelUnsupported", f"serving.speculative.model: {draft.engine_unsupported}")]
+    if draft.tokenizer_family != model.tokenizer_family:
+        same = _smaller_drafts(model)
+        hint = f" (e.g. {', '.join(same)})" if same else ""
+        return [Problem("DraftTokenizerMismatch",
+                        f"draft {draft.name} uses the {draft.tokenizer_family} tokenizer and {model.name} the "
+                        f"{model.tokenizer_family} one: the draft's token ids would mean other text to the "
+                        f"target; use a smaller {model.tokenizer_family} model{hint}, or method ngram")]
+    if draft.vocab_size != model.vocab_size:
+        # vLLM 0.32 (SpeculativeConfig.verify_equal_vocab_size_if_draft_model) refuses it at start.
+        return [Problem("DraftVocabularyMismatch",
+                        f"draft {draft.name} has a {draft.vocab_size:,}-entry vocabulary and {model.name} "
+                        f"{model.vocab_size:,}: vLLM refuses a draft model of another vocabulary size (Qwen2.5 "
+                        "0.5B-3B pad theirs to 151,936, 7B and up to 152,064); use a draft of the same size class, "
+                        "or method ngram")]
+    tp = spec.parallelism.tensor
+    if tp not in valid_tensor_sizes(draft, max_gpus=max(tp, 8)):
+        return [Problem("DraftTensorSizeMismatch",
+                        f"vLLM runs the draft at the target's tensor size {tp}, which does not divide the heads of "
+                        f"{draft.name} (sizes it takes: {', '.join(map(str, valid_tensor_sizes(draft)))}); use "
+                        "another draft or method ngram")]
+    if draft.params_billion >= model.params_billion:
+        return [Problem("DraftNotSmaller",
+                        f"draft {draft.name} ({draft.params_billion:g}B) is not smaller than {model.name} "
+                        f"({model.params_billion:g}B): drafting would cost more than it saves; use a smaller "
+                        "draft or method ngram")]
+    return []
+
+
+def _smaller_drafts(model: ModelFacts) -> list[str]:
+    """Catalogued base checkpoints vLLM would take as drafts of ``model``: its tokenizer and vocabulary, smaller."""
+    return [m.name for m in all_models() if m.tokenizer_family == model.tokenizer_family
+            and m.vocab_size == model.vocab_size and m.params_billion < model.params_billion
+            and m.serving.task == "generate" and not m.weight_quantization and m.base_model is None][:3]
+
+
+def draft_model(spec: QwenInferenceSpec) -> ModelFacts | None:
+    """The catalog's facts of the draft model of method draft (None: another method, or not catalogued)."""
+    wanted = spec.serving.speculative
+    if wanted is None or wanted.method != "draft" or not wanted.model:
+        return None
+    return find_model(wanted.model)
+
+
+def _speculative_tokens(spec: QwenInferenceSpec, model: ModelFacts) -> int | None:
+    """Tokens drafted per step: ngram on any model, MTP only where the checkpoint has the layer."""
+    wanted = spec.serving.speculative
+    if wanted is None or (wanted.method == "mtp" and not model.serving.mtp):
+        return None
+    return wanted.num_speculative_tokens
+
+
 def _mtp_tokens(spec: QwenInferenceSpec, model: ModelFacts) -> int | None:
     wanted = spec.serving.speculative
-    return wanted.num_speculative_tokens if wanted is not None and model.serving.mtp else None
+    return _speculative_tokens(spec, model) if wanted is not None and wanted.method == "mtp" else None
 
 
 def mtp_layers(spec: QwenInferenceSpec, model: ModelFacts) -> int:

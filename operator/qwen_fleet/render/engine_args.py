@@ -108,8 +108,7 @@ def serving_args(serving: ServingPlan) -> list[str]:
     if serving.tool_call_parser:
         args += ["--enable-auto-tool-choice", "--tool-call-parser", serving.tool_call_parser]
     if serving.speculative_tokens:
-        args += ["--speculative-config", json.dumps({"method": "mtp",
-                                                     "num_speculative_tokens": serving.speculative_tokens})]
+        args += ["--speculative-config", json.dumps(serving.speculative_config)]
     if serving.adapters:
         args += ["--enable-lora", "--max-loras", str(len(serving.adapters)), "--lora-modules",
                  *(json.dumps({"name": name, "path": path}) for name, path in serving.adapters)]
