@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from qwen_fleet_dev import binaries
@@ -79,7 +80,11 @@ def fleet(epp_servers: list[EarlyRenderedServer], cluster: LocalCluster, tmp_pat
 def _chat(fleet: Fleet, content: str) -> Exchange:
     body = {"model": NAME, "messages": [{"role": "user", "content": content}], "max_tokens": MAX_TOKENS,
             "ignore_eos": True}
-    exchange = fleet.gateway.post("/v1/chat/completions", body)
+    try:
+        exchange = fleet.gateway.post("/v1/chat/completions", body)
+    except grpc.RpcError as err:  # say what the bridge met on its way to the picker, if anything
+        raise AssertionError(f"{err}; the bridge's failed connections to the picker: {fleet.bridge.failures[-3:]}"
+                             ) from err
     # The picker names its choice twice (header and envoy.lb metadata): the best endpoint, then its fallbacks
     # (the rendered max-score picker's maxNumOfEndpoints, 3: here both servers); the one that served it
     # answered in full.
@@ -166,11 +171,22 @@ def test_a_draining_pod_is_never_picked_while_its_server_still_answers(fleet: Fl
     finally:
         fleet.cluster.kubectl("patch", "pod", pod, "-n", ns, "--type=merge",
                               "-p", json.dumps({"metadata": {"finalizers": None}}), check=False)
-    wait_until(f"pod {pod} gone", lambda: get(fleet.cluster, "pod", pod, ns) is None)
-    template = one(render(ns, fleet.servers[drained].port), "Deployment", NAME)["spec"]["template"]
-    kwok_pod(fleet.cluster, ns, template, pod, drained.rsplit(":", 1)[0])
+        # Put back even when the test failed: the next test needs both pods (issue 30: this one failed after the
+        # deletion, and the next waited 90 s for the picker to scrape a server whose pod was gone).
+        _put_back(fleet, drained)
     wait_picker(fleet.picker, f"the picker to take {pod} back",
                 lambda: fleet.picker.endpoints() == {f"{fleet.pods[drained]}-rank-0", f"{fleet.pods[kept]}-rank-0"})
+
+
+def _put_back(fleet: Fleet, endpoint: str) -> None:
+    """The KWOK pod for ``endpoint`` as the fleet set it up, once a deletion of it is through."""
+    pod, ns = fleet.pods[endpoint], fleet.namespace
+    obj = get(fleet.cluster, "pod", pod, ns)
+    if obj is not None and not obj["metadata"].get("deletionTimestamp"):
+        return  # never deleted
+    wait_until(f"pod {pod} gone", lambda: get(fleet.cluster, "pod", pod, ns) is None)
+    template = one(render(ns, fleet.servers[endpoint].port), "Deployment", NAME)["spec"]["template"]
+    kwok_pod(fleet.cluster, ns, template, pod, endpoint.rsplit(":", 1)[0])
 
 
 def test_a_stopped_server_whose_pod_is_not_ready_is_never_picked(fleet: Fleet) -> None:

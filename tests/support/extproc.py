@@ -86,6 +86,9 @@ class TlsBridge:
     def __init__(self, target: tuple[str, int]) -> None:
         self.target = target
         self.alpn: list[str | None] = []
+        # Why a connection to ``target`` failed: the client only sees its connection reset ("recvmsg: Connection
+        # reset by peer"), since the bridge closes it with the client's HTTP/2 preface unread.
+        self.failures: list[str] = []
         self._ctx = ssl.create_default_context()
         self._ctx.check_hostname = False
         self._ctx.verify_mode = ssl.CERT_NONE
@@ -116,7 +119,8 @@ class TlsBridge:
     async def _carry(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         try:
             up_r, up_w = await asyncio.open_connection(*self.target, ssl=self._ctx, server_hostname="")
-        except OSError:
+        except OSError as err:
+            self.failures.append(f"{type(err).__name__}: {err}"[:200])
             client_w.close()
             return
         ssl_object = up_w.get_extra_info("ssl_object")

@@ -205,6 +205,7 @@ def start_picker_fleet(cluster: LocalCluster, binary: Path, servers: list[EarlyR
             server.wait_ready()
         expected = {f"{name}-rank-0" for name in pods.values()}
         wait_picker(picker, "every pod in the picker's datastore", lambda: picker.endpoints() == expected)
+        picker.wait_ext_proc()  # the port the gateway talks to listens last (LocalPicker.ext_proc_serving)
         bridge = TlsBridge(("127.0.0.1", picker.local_port("grpc"))).start()
         return PickerFleet(cluster, namespace, {f"{s.host}:{port}": s for s in servers}, pods, picker,
                            picker_deployment, Gateway(bridge.address), bridge)
