@@ -20,6 +20,7 @@ from qwen_fleet.plan import MODEL_MOUNT, default_shm_bytes
 from qwen_fleet.plan import quantities as q
 from qwen_fleet.render.common import MANAGED_BY_LABEL, number
 from qwen_fleet.render.deployment import GPU_TOLERATION, env_var
+from qwen_fleet.render.security import HOME_DIR, TMP_DIR, restricted_container_context, restricted_pod_context
 
 BATCH_LABEL = "qwenfleet.io/batch"  # on the Job and its pods: how the operator finds a batch's Job
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -32,7 +33,7 @@ RESULT = f"{WORK_MOUNT}/result.jsonl"
 # container creates output.jsonl on the claim and the engine appends to it, so both must be one user.
 RUNNER_UID = 65532
 ENGINE_UID = 1000
-HOME_MOUNT, TMP_MOUNT = "/home/vllm", "/tmp"
+HOME_MOUNT, TMP_MOUNT = HOME_DIR, TMP_DIR  # the engine image's, as a fleet's engine has them
 # Appends argv[1] to argv[2] (what `cat a >> b` does), in one call.
 APPEND = "import shutil, sys; shutil.copyfileobj(open(sys.argv[1], 'rb'), open(sys.argv[2], 'ab'))"
 
@@ -98,22 +99,10 @@ def _volumes(batch: QwenBatch) -> tuple[list[dict[str, Any]], list[dict[str, Any
 def _runner(batch: QwenBatch, image: str, name: str, args: list[str], mounts: list[dict[str, Any]]) -> dict[str, Any]:
     return {"name": name, "image": image, "imagePullPolicy": "IfNotPresent",
             "command": ["qwen-fleet", "batch-run", *args, "--batch", f"{batch.namespace}/{batch.name}"],
-            "volumeMounts": mounts, "securityContext": container_security(),
+            "volumeMounts": mounts, "securityContext": restricted_container_context(),
             "env": [{"name": "TMPDIR", "value": WORK_MOUNT}],  # a downloaded input lands on the emptyDir
             "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}},
             "terminationMessagePolicy": "FallbackToLogsOnError"}
-
-
-def container_security() -> dict[str, Any]:
-    """What `restricted` asks of every container (the user and seccomp are the pod's, pod_security)."""
-    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-
-
-def pod_security(uid: int) -> dict[str, Any]:
-    """The pod's: non-root by number (a name cannot be checked before the image runs), the runtime's default
-    seccomp profile, and fsGroup so a claim that supports ownership is writable by that user."""
-    return {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid, "fsGroup": uid,
-            "seccompProfile": {"type": "RuntimeDefault"}}
 
 
 def fleet_endpoint(batch: QwenBatch, port: int) -> str:
@@ -128,7 +117,7 @@ def _fleet_pod(batch: QwenBatch, image: str, port: int) -> dict[str, Any]:
             "--concurrency", str(spec.concurrency), "--priority", str(spec.priority),
             "--max-retries", str(spec.max_retries), "--timeout", str(spec.request_timeout_seconds)]
     return {"containers": [_runner(batch, image, "runner", args, mounts)], "volumes": volumes,
-            "securityContext": pod_security(RUNNER_UID)}
+            "securityContext": restricted_pod_context(RUNNER_UID, RUNNER_UID)}
 
 
 def model_claim_path(path: str) -> str:
@@ -204,14 +193,14 @@ def _dedicated_pod(batch: QwenBatch, runner_image: str, engine_image: str) -> di
         "command": ["sh", "-c", script, "run-batch", *run_batch_args(batch)],
         "env": env,
         "volumeMounts": engine_mounts, "resources": {"limits": limits, "requests": requests},
-        "securityContext": container_security(), "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": restricted_container_context(), "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     stage = _runner(batch, runner_image, "stage", [*input_args, *output_args, "--stage", STAGED], mounts)
     follow = _runner(batch, runner_image, "progress", [*input_args, "--output-dir", out_dir, "--follow", STAGED],
                      mounts)
     follow["restartPolicy"] = "Always"  # a native sidecar: stopped (SIGTERM, a last report) once vllm ends
     return {"initContainers": [stage, follow], "containers": [engine], "volumes": volumes,
-            "securityContext": pod_security(ENGINE_UID)}
+            "securityContext": restricted_pod_context(ENGINE_UID, ENGINE_UID)}
 
 
 def _placement(batch: QwenBatch) -> dict[str, Any]:

@@ -23,19 +23,28 @@ HOME_VOLUME = "home"
 TMP_VOLUME = "tmp"
 
 
+def restricted_pod_context(uid: int, gid: int) -> dict[str, Any]:
+    """Any pod we render (a fleet's, a batch's): non-root by number (a name cannot be checked before the image
+    runs), the runtime's default seccomp profile, fsGroup so a claim that supports ownership is writable."""
+    return {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": gid, "fsGroup": gid,
+            "fsGroupChangePolicy": "OnRootMismatch", "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def restricted_container_context(*, ipc_lock: bool = False) -> dict[str, Any]:
+    """No escalation, no capability; IPC_LOCK (RDMA registers pinned memory) only when asked."""
+    capabilities: dict[str, Any] = {"drop": ["ALL"]}
+    if ipc_lock:
+        capabilities["add"] = ["IPC_LOCK"]
+    return {"allowPrivilegeEscalation": False, "capabilities": capabilities}
+
+
 def pod_security_context(cr: QwenInference) -> dict[str, Any]:
-    security = cr.spec.security
-    return {"runAsNonRoot": True, "runAsUser": security.run_as_user, "runAsGroup": security.run_as_group,
-            "fsGroup": security.run_as_group, "fsGroupChangePolicy": "OnRootMismatch",
-            "seccompProfile": {"type": "RuntimeDefault"}}
+    return restricted_pod_context(cr.spec.security.run_as_user, cr.spec.security.run_as_group)
 
 
 def container_security_context(cr: QwenInference, *, engine: bool) -> dict[str, Any]:
-    """No escalation, no capability; IPC_LOCK only for the engine and its NCCL preflight, only when asked."""
-    capabilities: dict[str, Any] = {"drop": ["ALL"]}
-    if engine and cr.spec.security.ipc_lock:
-        capabilities["add"] = ["IPC_LOCK"]  # RDMA registers pinned memory (spec.security.ipcLock)
-    return {"allowPrivilegeEscalation": False, "capabilities": capabilities}
+    """IPC_LOCK only for the engine and its NCCL preflight, only when spec.security.ipcLock asks."""
+    return restricted_container_context(ipc_lock=engine and cr.spec.security.ipc_lock)
 
 
 def writable_volumes() -> list[dict[str, Any]]:
