@@ -101,7 +101,10 @@ def test_an_example_becomes_ready_under_the_charts_identity(release: Release) ->
 
 EVERY_CHILD = {
     "apiVersion": "qwenfleet.io/v1alpha1", "kind": "QwenInference", "metadata": {"name": "every-child"},
-    "spec": {"model": {"name": "Qwen/Qwen3-4B-Instruct-2507", "cache": {"size": "50Gi"}},
+    # The cache claim is retained by default when model.cache goes (issue 32); Delete keeps its prune, and the
+    # chart's delete on claims, in this run.
+    "spec": {"model": {"name": "Qwen/Qwen3-4B-Instruct-2507",
+                       "cache": {"size": "50Gi", "retentionPolicy": {"whenRemoved": "Delete"}}},
              "gpu": {"product": "NVIDIA-H100-80GB-HBM3"}, "parallelism": {"tensor": 2},
              "nccl": {"preflight": {"enabled": True}},
              "autoscaling": {"enabled": True, "minReplicas": 1, "maxReplicas": 2},
