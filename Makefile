@@ -77,6 +77,11 @@ test-scale-to-zero: setup ## scale to zero on the real node: a real vLLM pod wok
 	hack/build-binaries.sh keda keda-http
 	$(VENV)/bin/pytest -p no:cacheprovider -m keda_http tests/node $(PYTEST_ARGS)
 
+.PHONY: test-gateway
+test-gateway: setup ## Envoy Gateway and its Envoy proxy as pods on the real node, requests through them (builds envoy-gateway first when missing; also in make test)
+	hack/build-binaries.sh envoy-gateway envoy
+	$(VENV)/bin/pytest -p no:cacheprovider -m real_gateway tests/node $(PYTEST_ARGS)
+
 test-real-fleet: setup ## a vLLM CPU fleet on the real node: operator pod via helm, probes, ClusterIP, EngineFailed, rollout, NCCL preflight
 	$(VENV)/bin/pytest -p no:cacheprovider -m real_fleet tests/node $(PYTEST_ARGS)
 

