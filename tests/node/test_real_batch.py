@@ -61,10 +61,15 @@ def priority_fleet(image: str) -> dict[str, object]:
 @pytest.fixture(scope="module")
 def batch_env(real_cluster: LocalCluster, engine_image: EngineImage, fleet_operator: OperatorRelease,
               tiny_qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """A namespace whose priority fleet has answered, with a data claim over a host directory."""
+    """A namespace that enforces the Pod Security Standard restricted profile (issue 32: the batch's runner, its
+    dedicated engine and the fleet must all be admitted there), whose priority fleet has answered, with a data
+    claim over a host directory."""
     ns = f"b-{uuid.uuid4().hex[:8]}"
     data = tmp_path_factory.mktemp("batch-data")
+    data.chmod(0o777)  # written by the runner (uid 65532) and the dedicated engine (uid 1000), not root
     real_cluster.kubectl("create", "namespace", ns)
+    real_cluster.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted",
+                         "pod-security.kubernetes.io/enforce-version=latest")
     try:
         apply(real_cluster, ns, [*model_volume(ns, tiny_qwen_dir), *data_volume(ns, data),
                                  priority_fleet(engine_image.tag)])
