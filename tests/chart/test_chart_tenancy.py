@@ -1,4 +1,4 @@
-"""Tenancy (docs/tenancy.md): the namespace-scoped and cluster-wide modes' RBAC, the aggregated edit/view roles,
+"""Tenancy (docs/security.md): the namespace-scoped and cluster-wide modes' RBAC, the aggregated edit/view roles,
 the policies that keep fleets and the operator out of system namespaces, the guardrails' values, and the docs'
 RBAC tables against the rendered chart. The last test installs a namespace-scoped release on the real
 control plane of tests/chart (the package's `chart_cluster`)."""
@@ -135,7 +135,7 @@ def test_a_misspelled_guardrail_is_refused_by_the_values_schema() -> None:
 
 # --- the docs' tables ----------------------------------------------------------------------------------------------
 
-DOCS = {"tenancy": ROOT / "docs" / "tenancy.md", "helm": ROOT / "docs" / "helm.md"}
+DOCS = {"tenancy": ROOT / "docs" / "security.md", "helm": ROOT / "docs" / "helm.md"}
 _MARKER = re.compile(r"<!-- rbac: ([a-z-]+) -->\n((?:\|.*\n)+)")
 
 
@@ -165,7 +165,7 @@ def test_docs_tables_are_the_charts_rbac_in_both_modes() -> None:
     tenancy, helm_md = doc_tables(DOCS["tenancy"].read_text()), doc_tables(DOCS["helm"].read_text())
     assert set(tenancy) == set(rendered) and set(helm_md) == {"operator"}
     for name, granted in rendered.items():
-        assert tenancy[name] == granted, (name, "granted, not in docs/tenancy.md:", granted - tenancy[name],
+        assert tenancy[name] == granted, (name, "granted, not in docs/security.md:", granted - tenancy[name],
                                           "in the docs, not granted:", tenancy[name] - granted)
     assert helm_md["operator"] == rendered["operator"], (helm_md["operator"] ^ rendered["operator"])
     # Namespaced mode: each watched namespace's Role is the operator's table less its cluster-scoped kinds.

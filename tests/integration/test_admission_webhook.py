@@ -180,7 +180,7 @@ def test_the_operator_process_serves_the_webhook(cluster: LocalCluster, crd: Pat
 
 def test_the_admins_guardrails_refuse_at_apply_naming_the_setting(cluster: LocalCluster, crd: Path, namespace: str,
                                                                   tmp_path: Path) -> None:
-    """The chart's guardrails (docs/tenancy.md) through the real apiserver: a LoadBalancer Service and a Secret
+    """The chart's guardrails (docs/security.md) through the real apiserver: a LoadBalancer Service and a Secret
     nobody listed are refused with the chart value to change; the same spec within them passes (dry run)."""
     cert = make_serving_cert(tmp_path / "certs")
     rails = Guardrails(service_types=("ClusterIP",), secret_names=("hf-token",), any_secret=False)
