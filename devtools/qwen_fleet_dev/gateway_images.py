@@ -17,10 +17,12 @@ from __future__ import annotations
 import hashlib
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from qwen_fleet import versions
+from qwen_fleet_dev import cachelock
 from qwen_fleet_dev.binaries import GatewayBinaries
 from qwen_fleet_dev.images import LOCAL_REGISTRY, PATH_ENV, RunConfig, TreeLayer, write_archive_dir
 from qwen_fleet_dev.python_base import base_rootfs, cache_root, debian_files
@@ -57,32 +59,42 @@ def _build(archive: Path, tag: str, layers: list[TreeLayer], run: RunConfig) -> 
     (archive / ".complete").write_text(tag + "\n")
 
 
-def ensure_envoy_gateway_image(parts: GatewayBinaries) -> Path:
-    archive = cache_root() / f"envoy-gateway-{versions.ENVOY_GATEWAY}-{_key(versions.ENVOY_GATEWAY)}"
-    if (archive / ".complete").exists():
+def _cached_image(archive: Path, build: Callable[[Path], None]) -> Path:
+    """``archive`` once complete; else built under its cache entry's lock (cachelock), as every cache build is: a
+    second set-up waits, then finds ``.complete``; a half-built archive (no marker) is removed and redone."""
+    def done() -> Path | None:
+        return archive if (archive / ".complete").exists() else None
+
+    def make() -> Path:
+        shutil.rmtree(archive, ignore_errors=True)
+        cache_root().mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f"qf-{archive.name}-", dir=cache_root().parent) as scratch:
+            build(Path(scratch))
         return archive
-    shutil.rmtree(archive, ignore_errors=True)
-    cache_root().mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="qf-eg-image-", dir=cache_root().parent) as scratch:
-        tree = _binary_tree(Path(scratch), parts.envoy_gateway, "envoy-gateway")
+
+    return cachelock.cached(f"images/{archive.name}", done, make)
+
+
+def ensure_envoy_gateway_image(parts: GatewayBinaries) -> Path:
+    def build(scratch: Path) -> None:
+        tree = _binary_tree(scratch, parts.envoy_gateway, "envoy-gateway")
         _build(archive, ENVOY_GATEWAY_IMAGE, [TreeLayer(tree, "")],
                RunConfig(entrypoint=("/usr/local/bin/envoy-gateway",), user="65532:65532"))
-    return archive
+
+    archive = cache_root() / f"envoy-gateway-{versions.ENVOY_GATEWAY}-{_key(versions.ENVOY_GATEWAY)}"
+    return _cached_image(archive, build)
 
 
 def ensure_envoy_image(parts: GatewayBinaries) -> Path:
-    debs = debian_files(ENVOY_DEBIAN_PACKAGES)
-    archive = cache_root() / f"envoy-{versions.ENVOY}-{_key(versions.ENVOY, *debs)}"
-    if (archive / ".complete").exists():
-        return archive
-    shutil.rmtree(archive, ignore_errors=True)
-    cache_root().mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="qf-envoy-image-", dir=cache_root().parent) as scratch:
-        rootfs = base_rootfs(Path(scratch), ENVOY_DEBIAN_PACKAGES)
-        tree = _binary_tree(Path(scratch), parts.envoy, "envoy")
+    def build(scratch: Path) -> None:
+        rootfs = base_rootfs(scratch, ENVOY_DEBIAN_PACKAGES)
+        tree = _binary_tree(scratch, parts.envoy, "envoy")
         _build(archive, ENVOY_IMAGE, [TreeLayer(rootfs, ""), TreeLayer(tree, "", skip=frozenset({"tmp"}))],
                RunConfig(entrypoint=("/usr/local/bin/envoy",), user="65532:65532"))
-    return archive
+
+    debs = debian_files(ENVOY_DEBIAN_PACKAGES)
+    archive = cache_root() / f"envoy-{versions.ENVOY}-{_key(versions.ENVOY, *debs)}"
+    return _cached_image(archive, build)
 
 
 def ensure_gateway_images(parts: GatewayBinaries) -> GatewayImages:
