@@ -8,8 +8,9 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from hypothesis import HealthCheck, Phase, given, settings
@@ -21,6 +22,7 @@ from tests.chaos.helpers import qwi, small_spec
 ROOT = Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "crds" / "qwenfleet.io_qweninferences.yaml"
 Path_ = tuple[str | int, ...]
+F = TypeVar("F")  # what a fuzz knows of a field: its schema, or a value strategy
 
 
 def spec_schema() -> dict[str, Any]:
@@ -168,18 +170,26 @@ def documents(draw: st.DrawFn, bases: list[dict[str, Any]],
               fields: list[tuple[Path_, dict[str, Any]]]) -> dict[str, Any]:
     spec = copy.deepcopy(draw(st.sampled_from(bases)))
     for _ in range(draw(st.sampled_from([1, 1, 1, 1, 2, 2, 3]))):
-        how = draw(st.sampled_from(["typed"] * 8 + ["wild", "delete", "unknown"]))
-        path, schema = draw(st.sampled_from(fields))
-        if how == "typed":
-            set_path(spec, path, draw(typed(schema)))
-        elif how == "wild":
-            set_path(spec, path, draw(wild))
-        elif how == "delete":
-            delete_path(spec, path)
-        else:
-            set_path(spec, (*path[:-1], draw(st.text(min_size=1, max_size=15))), draw(wild))
+        mutate(draw, spec, fields, typed)
     name = draw(NAME) if draw(st.integers(0, 19)) == 0 else "fuzz"
     return qwi(name, spec)
+
+
+def mutate(draw: st.DrawFn, spec: dict[str, Any], fields: Sequence[tuple[Path_, F]],
+           values_of: Callable[[F], st.SearchStrategy[Any]]) -> None:
+    """One edit of a field drawn from ``fields``: mostly a value of its own type (``values_of`` its entry), else
+    any JSON value, the field deleted, or an unknown sibling field (both fuzzes, QwenInference and QwenBatch,
+    draw their edits here)."""
+    how = draw(st.sampled_from(["typed"] * 8 + ["wild", "delete", "unknown"]))
+    path, field = draw(st.sampled_from(fields))
+    if how == "typed":
+        set_path(spec, path, draw(values_of(field)))
+    elif how == "wild":
+        set_path(spec, path, draw(wild))
+    elif how == "delete":
+        delete_path(spec, path)
+    else:
+        set_path(spec, (*path[:-1], draw(st.text(min_size=1, max_size=15))), draw(wild))
 
 
 def draw_documents(count: int, seed: int) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ from qwen_fleet.api.batch import QwenBatch
 from qwen_fleet.api.messages import validation_message
 from qwen_fleet.render.batch import render_batch_children
 from qwen_fleet_dev.cluster import LocalCluster
-from tests.chaos.fuzz_specs import NAME, Path_, delete_path, leaf_paths, set_path, typed, wild
+from tests.chaos.fuzz_specs import NAME, Path_, leaf_paths, mutate, typed
 from tests.chaos.test_fuzz import KeepAliveApi
 from tests.invalid_batch_specs import BATCH_BASE
 from tests.support.kube import wait_until
@@ -66,16 +66,7 @@ def documents(draw: st.DrawFn, bases: list[dict[str, Any]],
               fields: list[tuple[Path_, st.SearchStrategy[Any]]]) -> dict[str, Any]:
     spec = copy.deepcopy(draw(st.sampled_from(bases)))
     for _ in range(draw(st.sampled_from([1, 1, 1, 2, 2, 3]))):
-        how = draw(st.sampled_from(["typed"] * 8 + ["wild", "delete", "unknown"]))
-        path, values = draw(st.sampled_from(fields))
-        if how == "typed":
-            set_path(spec, path, draw(values))
-        elif how == "wild":
-            set_path(spec, path, draw(wild))
-        elif how == "delete":
-            delete_path(spec, path)
-        else:
-            set_path(spec, (*path[:-1], draw(st.text(min_size=1, max_size=15))), draw(wild))
+        mutate(draw, spec, fields, lambda values: values)
     name = draw(NAME) if draw(st.integers(0, 19)) == 0 else "fuzz"
     return {"apiVersion": "qwenfleet.io/v1alpha1", "kind": "QwenBatch", "metadata": {"name": name}, "spec": spec}
 
