@@ -179,6 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="measured or stated decode throughput of one replica, all sequences together")
     daily.add_argument("--prefill-tokens-per-second-per-replica", type=float,
                        help="measured or stated prompt (prefill) throughput of one replica")
+    daily.add_argument("--throughput-from", metavar="FILE",
+                       help="a measured throughput instead: the JSON of `qwen-fleet bench-serving` (its recommended "
+                            "setting) or of `vllm bench serve --save-result`, for requests of the same shape")
+    daily.add_argument("--measured-replicas", type=int,
+                       help="replicas that served the measured load (default: the report's context.replicas, else 1)")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("bench-serving", help="sweep a fleet's maxNumSeqs / maxNumBatchedTokens with vllm bench serve "

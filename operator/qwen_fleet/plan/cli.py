@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from qwen_fleet.plan.daily import (
     format_daily_plan,
     plan_daily,
 )
+from qwen_fleet.plan.measured import MeasurementError, measured_throughput
 from qwen_fleet.plan.parallel import format_layout, parallel_problems, parallel_warnings
 from qwen_fleet.plan.planner import (
     VLLM_DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -50,13 +52,46 @@ def _daily_inputs(args: argparse.Namespace) -> tuple[DailyWork, ReplicaThroughpu
         return "--requests-per-day needs --prompt-tokens and --output-tokens (tokens per request)"
     work = DailyWork(requests_per_day=args.requests_per_day, prompt_tokens=args.prompt_tokens,
                      output_tokens=args.output_tokens, window_hours=args.window_hours)
-    throughput = ReplicaThroughput(output_tokens_per_second=args.output_tokens_per_second_per_replica,
-                                   prefill_tokens_per_second=args.prefill_tokens_per_second_per_replica)
+    if getattr(args, "throughput_from", None):
+        measured = _measured(args, work)
+        if isinstance(measured, str):
+            return measured
+        throughput = measured
+    else:
+        if getattr(args, "measured_replicas", None) is not None:
+            return "--measured-replicas goes with --throughput-from"
+        throughput = ReplicaThroughput(output_tokens_per_second=args.output_tokens_per_second_per_replica,
+                                       prefill_tokens_per_second=args.prefill_tokens_per_second_per_replica)
     try:
         plan_daily(work, throughput)  # refuse before planning when the figures cannot answer
     except DailyPlanError as err:
         return str(err)
     return work, throughput
+
+
+def _measured(args: argparse.Namespace, work: DailyWork) -> ReplicaThroughput | str:
+    """One replica's throughput from a benchmark file (qwen_fleet.plan.measured), or why it cannot be had."""
+    if args.output_tokens_per_second_per_replica is not None or args.prefill_tokens_per_second_per_replica is not None:
+        return ("--throughput-from measures what the --...-tokens-per-second-per-replica flags state: "
+                "give one or the other")
+    source = args.throughput_from
+    try:
+        doc = json.loads(Path(source).read_text())
+    except (OSError, ValueError) as err:
+        return f"cannot read {source}: {err}"
+    try:
+        found = measured_throughput(doc, source, replicas=args.measured_replicas)
+    except MeasurementError as err:
+        return str(err)
+    mismatch = found.shape_mismatch(work.prompt_tokens, work.output_tokens)
+    if mismatch:
+        return mismatch
+    setting = f" at {found.setting} (give the fleet that engine setting)" if found.setting else ""
+    return ReplicaThroughput(
+        output_tokens_per_second=found.output_tokens_per_second_per_replica,
+        seconds_per_request=found.seconds_per_request,
+        measured=f"{source} ({found.target}): {found.requests_per_second:,.2f} requests/s over "
+                 f"{found.replicas} replica(s){setting}")
 
 
 def _print_daily(daily: tuple[DailyWork, ReplicaThroughput] | None, cap: Capacity) -> bool:

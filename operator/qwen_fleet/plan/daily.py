@@ -41,6 +41,10 @@ class DailyWork:
 class ReplicaThroughput:
     output_tokens_per_second: float | None = None  # decode, all sequences of one replica together
     prefill_tokens_per_second: float | None = None  # prompt tokens processed, one replica
+    # Measured instead (qwen_fleet.plan.measured): one replica's time per request of the question's shape, which
+    # already holds prefill and decode sharing the engine's steps; `measured` says where it comes from.
+    seconds_per_request: float | None = None
+    measured: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,25 +79,29 @@ def plan_daily(work: DailyWork, throughput: ReplicaThroughput, *, concurrency: i
     if not work.window_hours > 0:
         raise DailyPlanError("--window-hours must be positive")
     out_tps, pre_tps = throughput.output_tokens_per_second, throughput.prefill_tokens_per_second
-    for value in (out_tps, pre_tps):
+    for value in (out_tps, pre_tps, throughput.seconds_per_request):
         if value is not None and not value > 0:
             raise DailyPlanError("a per-replica throughput must be positive")
-    if out_tps is None and pre_tps is None:
+    notes: list[str] = []
+    if throughput.seconds_per_request is not None:
+        seconds_per_request = throughput.seconds_per_request
+        notes.append(f"measured: {throughput.measured or 'a serving benchmark'}")
+    elif out_tps is None and pre_tps is None:
         raise DailyPlanError(f"per-replica throughput is not known: state it with {THROUGHPUT_FLAGS} "
                              "(measure it with a serving benchmark, e.g. `vllm bench serve`, on one replica)")
-    if work.output_tokens and out_tps is None:
+    elif work.output_tokens and out_tps is None:
         raise DailyPlanError("the requests generate output tokens: state the decode throughput with "
                              "--output-tokens-per-second-per-replica")
-    notes: list[str] = []
-    seconds_per_request = 0.0
-    if work.output_tokens and out_tps is not None:
-        seconds_per_request += work.output_tokens / out_tps
-    if work.prompt_tokens:
-        if pre_tps is None:
-            notes.append("prefill time not counted (no --prefill-tokens-per-second-per-replica): "
-                         "a lower bound on the replicas")
-        else:
-            seconds_per_request += work.prompt_tokens / pre_tps
+    else:
+        seconds_per_request = 0.0
+        if work.output_tokens and out_tps is not None:
+            seconds_per_request += work.output_tokens / out_tps
+        if work.prompt_tokens:
+            if pre_tps is None:
+                notes.append("prefill time not counted (no --prefill-tokens-per-second-per-replica): "
+                             "a lower bound on the replicas")
+            else:
+                seconds_per_request += work.prompt_tokens / pre_tps
     replica_seconds = work.requests_per_day * seconds_per_request
     window_seconds = work.window_hours * 3600.0
     replicas = max(1, math.ceil(replica_seconds / window_seconds))
@@ -122,9 +130,14 @@ def format_daily_plan(plan: DailyPlan, gpus_per_replica: int | None = None) -> l
     stated = ", ".join(f"{label} {value:,.0f} tokens/s" for label, value in
                        (("output", t.output_tokens_per_second), ("prefill", t.prefill_tokens_per_second))
                        if value is not None)
+    if t.seconds_per_request is not None:
+        per = f"{1 / t.seconds_per_request:,.2f} requests/s" + (f", {stated}" if stated else "")
+        stated = f"(measured): {per}"
+    else:
+        stated = f"(stated): {stated}"
     gpus = f" ({plan.replicas * gpus_per_replica} GPU(s))" if gpus_per_replica else ""
     lines = [f"daily volume: {w.requests_per_day:,} requests x ({w.prompt_tokens:,} prompt + {w.output_tokens:,} "
-             f"output tokens) within {w.window_hours:g} h; per replica (stated): {stated}",
+             f"output tokens) within {w.window_hours:g} h; per replica {stated}",
              f"  replica-hours of work: {plan.replica_seconds / 3600:,.1f}; replicas needed: {plan.replicas}{gpus}, "
              f"busy {plan.window_utilization:.0%} of the window"]
     if plan.concurrency is not None:

@@ -63,6 +63,13 @@ def print_row(row: Row) -> None:
               f"p99 TTFT {f.p99_ttft_ms:.1f} ms, failed {f.failed}", flush=True)
 
 
+def _replicas(fleet: dict[str, Any]) -> dict[str, int]:
+    """The fleet's ready replicas as the sweep starts: `plan --throughput-from` divides the figures by it (a fleet
+    that autoscales during the sweep makes that figure approximate; pin its replicas to measure)."""
+    ready = (fleet.get("status") or {}).get("readyReplicas")
+    return {"replicas": ready} if isinstance(ready, int) and not isinstance(ready, bool) and ready > 0 else {}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("fleet", help="the QwenInference to tune (it must be Ready)")
     parser.add_argument("-n", "--namespace", default="default")
@@ -99,7 +106,8 @@ def command(args: argparse.Namespace) -> int:
 
                 api = client.ApiClient()
         target = ClusterTarget(api, args.namespace, args.fleet, workload, args.ready_timeout, args.job_timeout)
-        original = (target.get().get("spec") or {}).get("engine") or {}
+        fleet = target.get()
+        original = (fleet.get("spec") or {}).get("engine") or {}
     except config.ConfigException as err:
         print(f"qwen-fleet bench-serving: no usable kubeconfig: {err}", file=sys.stderr)
         return 2
@@ -116,7 +124,7 @@ def command(args: argparse.Namespace) -> int:
         rows = run_sweep(target.measure, args.mode, seqs, tokens, rule, on_row=print_row)
     finally:
         report = Report(f"QwenInference {args.namespace}/{args.fleet}", args.mode, workload, rule, rows,
-                        {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+                        {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **_replicas(fleet)})
         chosen = report.recommendation.setting
         if args.leave == "recommended" and chosen is not None:
             restore = dict(chosen.engine_patch())
