@@ -99,10 +99,15 @@ class TinyQwen:
     experts_per_token: int = 2
     moe_intermediate: int = 64
     shared_expert_intermediate: int = 64
+    # qwen3_next only: multi-token-prediction layers (``mtp.*`` weights, as the published checkpoints ship
+    # them), which vLLM's speculative method "mtp" drafts with
+    mtp_layers: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in ARCHITECTURES:
             raise ValueError(f"kind must be one of {sorted(ARCHITECTURES)}, not {self.kind!r}")
+        if self.mtp_layers and self.kind != "qwen3_next":
+            raise ValueError("mtp_layers: only the qwen3_next flavour writes MTP weights")
 
     @property
     def architecture(self) -> str:
@@ -351,6 +356,10 @@ def hybrid_config(spec: TinyQwen, eos_id: int) -> dict[str, Any]:
             "norm_topk_prob": True,
             "mlp_only_layers": [],
         }
+    if spec.mtp_layers:
+        # vLLM 0.32 reads num_nextn_predict_layers for qwen3_next (config/speculative.py); the published
+        # Qwen3-Next config names the same count mtp_num_hidden_layers
+        moe |= {"num_nextn_predict_layers": spec.mtp_layers, "mtp_num_hidden_layers": spec.mtp_layers}
     return {
         "architectures": [architecture],
         "model_type": model_type,
@@ -438,6 +447,38 @@ def save_hybrid_weights(directory: Path, spec: TinyQwen, config: dict[str, Any])
     hf_config = getattr(transformers, config_cls)(**fields)
     model = getattr(transformers, model_cls)(hf_config).to(_torch_dtype(spec.dtype))
     model.save_pretrained(str(directory))
+    if spec.mtp_layers:
+        save_mtp_weights(directory, spec)
+
+
+def save_mtp_weights(directory: Path, spec: TinyQwen) -> None:
+    """The MTP module of a Qwen3-Next checkpoint, in a file of its own: ``mtp.fc`` (concatenated embedding and
+    hidden state -> hidden), its three RMSNorms, and ``mtp.layers.N``, each a full-attention decoder layer with
+    the model's mixture of experts, whose weights are drawn like the model's (transformers' layer init has no
+    ``mtp`` module, so a full-attention layer's tensors are copied under the ``mtp.layers.N.`` prefix and
+    re-drawn)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    main = load_file(str(directory / "model.safetensors"))
+    full = spec.layer_types.index("full_attention")
+    prefix = f"model.layers.{full}."
+    gen = torch.Generator().manual_seed(spec.seed + 1)
+    dtype = _torch_dtype(spec.dtype)
+    h = spec.hidden
+    out: dict[str, Any] = {
+        "mtp.fc.weight": (torch.randn(h, 2 * h, generator=gen) * 0.02).to(dtype),
+        "mtp.norm.weight": torch.ones(h, dtype=dtype),
+        "mtp.pre_fc_norm_hidden.weight": torch.ones(h, dtype=dtype),
+        "mtp.pre_fc_norm_embedding.weight": torch.ones(h, dtype=dtype),
+    }
+    for n in range(spec.mtp_layers):
+        for name, tensor in main.items():
+            if name.startswith(prefix):
+                drawn = tensor.clone() if name.endswith("norm.weight") else (
+                    torch.randn(tensor.shape, generator=gen) * 0.02).to(tensor.dtype)
+                out[f"mtp.layers.{n}." + name[len(prefix):]] = drawn
+    save_file(out, str(directory / "model-mtp.safetensors"), metadata={"format": "pt"})
 
 
 def main(argv: list[str] | None = None) -> int:

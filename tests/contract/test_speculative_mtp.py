@@ -1,0 +1,57 @@
+"""serving.speculative method mtp served by the real vLLM CPU engine: a tiny Qwen3-Next (Gated DeltaNet layers,
+a mixture of experts, and an MTP module under ``mtp.*`` as the published checkpoints ship it), started from the
+Deployment the operator renders. vLLM resolves the drafter (``Qwen3NextMTP``), loads it beside the target, and its
+spec-decode counters move.
+
+With random weights the acceptance rate says nothing about Qwen; the test is that the path the operator renders
+for MTP runs on the engine. On the CPU engine the fleet needs ``engine.enablePrefixCaching: false``: with prefix
+caching a hybrid model's state is copied in vLLM's "align" mode by a Triton kernel the CPU build lacks (vLLM 0.32,
+``v1/worker/mamba_utils.py:1226``, ``TypeError: 'function' object is not subscriptable`` on the first request;
+seen 2026-12-03); GPUs run that kernel (docs/qwen-layer.md).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from tests.support.serving import SPEC, rendered_server
+from tests.support.tiny_qwen import TinyQwen, make_tiny_model
+
+pytestmark = pytest.mark.vllm
+
+DRAFTED = "vllm:spec_decode_num_draft_tokens_total"
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+DRAFTS = "vllm:spec_decode_num_drafts_total"
+
+
+def test_the_models_own_mtp_layer_drafts_on_the_cpu_engine(vllm_python: str, tmp_path: Path) -> None:
+    model_dir = make_tiny_model(tmp_path / "tiny-qwen3-next-mtp", TinyQwen(kind="qwen3_next", layers=4, mtp_layers=1),
+                                python=vllm_python)
+    assert (model_dir / "model-mtp.safetensors").exists()
+    spec = copy.deepcopy(SPEC)
+    spec["model"]["name"] = "qwen-fleet/tiny-qwen3-next"
+    spec["engine"]["enablePrefixCaching"] = False
+    spec["serving"] = {"speculative": {"method": "mtp", "numSpeculativeTokens": 1}}
+    server = rendered_server(vllm_python, model_dir, tmp_path / "vllm.log", spec)
+    argv = " ".join(server.argv())
+    assert '--speculative-config {"method": "mtp", "num_speculative_tokens": 1}' in argv
+    assert "--no-enable-prefix-caching" in argv
+    with server:
+        for prompt in ("alpha beta gamma " * 8, "one two three four five"):
+            status, body = server.post_json("/v1/completions", {"model": server.served_model_name, "prompt": prompt,
+                                                                "max_tokens": 16, "temperature": 0})
+            assert status == 200, body
+            assert body["usage"]["completion_tokens"] == 16
+        metrics = server.metrics()
+        log = server.log()
+    # the engine built the MTP drafter from the checkpoint's mtp.* weights, not some other method
+    assert "Resolved architecture: Qwen3NextMTP" in log
+    assert "Loading drafter model" in log
+    # one draft token per decode step: the drafts and their tokens move together, acceptance is bounded by them
+    assert metrics.get(DRAFTS, 0) > 0, sorted(k for k in metrics if "spec" in k)
+    assert metrics[DRAFTED] == metrics[DRAFTS]
+    assert 0 <= metrics[ACCEPTED] <= metrics[DRAFTED]
+    print(f"mtp acceptance: {metrics[ACCEPTED]:.0f} of {metrics[DRAFTED]:.0f} drafted tokens")
