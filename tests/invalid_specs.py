@@ -33,6 +33,10 @@ def merged(patch: dict[str, Any], base: dict[str, Any] | None = None) -> dict[st
     return out
 
 
+MODEL_OF_DRAFT = ("serving.speculative.model names the draft model of method draft or the EAGLE-3 head of method "
+                  "eagle3, and only of them")
+
+
 def _rule(id: str, spec: dict[str, Any], message: str) -> Case:
     """A cross-field rule: both layers carry the very same message."""
     return Case(id, spec, message, message)
@@ -494,10 +498,10 @@ CASES: list[Case] = [
           {"serving": {"speculative": {"method": "ngram", "promptLookupMin": 5, "promptLookupMax": 2}}},
           "serving.speculative.promptLookupMin must not exceed promptLookupMax"),
     Case("speculative-method-unknown", {"serving": {"speculative": {"method": "medusa"}}},
-         "spec.serving.speculative.method: Unsupported value", "Input should be 'mtp', 'ngram' or 'draft'"),
+         "spec.serving.speculative.method: Unsupported value", "Input should be 'mtp', 'ngram', 'draft' or 'eagle3'"),
     _rule("speculative-draft-without-model", {"serving": {"speculative": {"method": "draft"}}},
-          "serving.speculative.model names the draft model of method draft, and only of it"),
+          MODEL_OF_DRAFT),
     _rule("speculative-model-without-draft",
-          {"serving": {"speculative": {"method": "ngram", "model": "Qwen/Qwen3-0.6B"}}},
-          "serving.speculative.model names the draft model of method draft, and only of it"),
+          {"serving": {"speculative": {"method": "ngram", "model": "Qwen/Qwen3-0.6B"}}}, MODEL_OF_DRAFT),
+    _rule("speculative-eagle3-without-head", {"serving": {"speculative": {"method": "eagle3"}}}, MODEL_OF_DRAFT),
 ]

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from qwen_fleet.api import QwenInference
 from qwen_fleet.config import OperatorConfig
@@ -279,6 +280,34 @@ def test_a_draft_model_renders_its_repo_and_is_planned_weights_and_kv() -> None:
     # Its KV: 28 layers x 8 KV heads x 128 x 2 x 2 B = 114,688 B per token, 28 of the 8B's 36 layers of 4,096 B
     # x 8 heads x 2 x 2 B / 36 = 4,096 B: 147,456 + 114,688 = 262,144 B per token.
     assert (without.capacity.kv_bytes_per_token, with_draft.capacity.kv_bytes_per_token) == (147_456, 262_144)
+
+
+def test_an_eagle3_head_renders_its_repo_and_is_planned_from_the_targets_geometry() -> None:
+    spec = {"engine": {"maxModelLen": 8192}, "gpu": {"product": "NVIDIA-A10G"}}
+    head = {"speculative": {"method": "eagle3", "model": "AngelSlim/Qwen3-8B_eagle3", "numSpeculativeTokens": 3}}
+    args = flags("Qwen/Qwen3-8B", serving=head, **spec)
+    assert json.loads(value(args, "--speculative-config") or "") == {
+        "method": "eagle3", "model": "AngelSlim/Qwen3-8B_eagle3", "num_speculative_tokens": 3}
+    _, with_head = plan_of("Qwen/Qwen3-8B", serving=head, **spec)
+    _, without = plan_of("Qwen/Qwen3-8B", **spec)
+    assert with_head.serving.status().speculative_method == "eagle3"
+    # Qwen3-8B (h 4,096, 32 x 128 q, 8 x 128 kv, MLP 12,288, vocab 151,936): fc 3h^2 = 50,331,648; q/k/v over 2h:
+    # 8,192 x 6,144 = 50,331,648; o 16,777,216; MLP 3 x 4,096 x 12,288 = 150,994,944; LM head 622,329,856:
+    # 890,765,312 x 2 B = 1,781,530,624 B = 1.66 GiB more per GPU.
+    assert with_head.capacity.weights_gi_b_per_gpu == pytest.approx(without.capacity.weights_gi_b_per_gpu + 1.66,
+                                                                    abs=0.01)
+    # One more full-attention layer of the target's KV: 147,456 / 36 = 4,096 B -> 151,552 B per token.
+    assert with_head.capacity.kv_bytes_per_token == 151_552
+
+
+@pytest.mark.parametrize("serving", [
+    {"speculative": {"method": "eagle3"}},
+    {"speculative": {"method": "ngram", "model": "AngelSlim/Qwen3-8B_eagle3"}},
+])
+def test_an_eagle3_head_needs_its_model_and_only_it_takes_one(serving: dict[str, object]) -> None:
+    with pytest.raises(ValidationError, match="EAGLE-3 head of method eagle3"):
+        QwenInference.model_validate({"metadata": {"name": "x"}, "spec": {"model": {"name": "Qwen/Qwen3-8B"},
+                                                                          "serving": serving}})
 
 
 @pytest.mark.parametrize(("target", "draft", "reason"), [

@@ -33,20 +33,24 @@ class Speculative(ApiModel, rules=[
          check=lambda s: s.prompt_lookup_min is None or s.prompt_lookup_max is None
          or s.prompt_lookup_min <= s.prompt_lookup_max,
          message="serving.speculative.promptLookupMin must not exceed promptLookupMax"),
-    Rule(cel="(has(self.method) && self.method == 'draft') == has(self.model)",
-         check=lambda s: (s.method == "draft") == (s.model is not None),
-         message="serving.speculative.model names the draft model of method draft, and only of it"),
+    Rule(cel="(has(self.method) && (self.method == 'draft' || self.method == 'eagle3')) == has(self.model)",
+         check=lambda s: (s.method in ("draft", "eagle3")) == (s.model is not None),
+         message="serving.speculative.model names the draft model of method draft or the EAGLE-3 head of method "
+                 "eagle3, and only of them"),
 ]):
     """Speculative decoding: the model's own multi-token-prediction (MTP) layer (Qwen3.5/3.6, Qwen3-Next),
-    n-gram prompt lookup (any model: drafts by copying what followed the last n tokens earlier in the prompt), or
-    a smaller draft model of the same tokenizer family."""
+    n-gram prompt lookup (any model: drafts by copying what followed the last n tokens earlier in the prompt),
+    a smaller draft model of the same tokenizer family, or an EAGLE-3 head trained for the target."""
 
-    method: Literal["mtp", "ngram", "draft"] = Field(
+    method: Literal["mtp", "ngram", "draft", "eagle3"] = Field(
         default="mtp", description="mtp: the checkpoint's MTP layer drafts tokens (refused for a model without "
         "one; its KV cache is planned). ngram: prompt lookup, no draft weights or KV cache. draft: the smaller "
-        "model named in model drafts (same tokenizer family; its weights and KV cache are planned).")
+        "model named in model drafts (same tokenizer family; its weights and KV cache are planned). eagle3: the "
+        "EAGLE-3 head named in model drafts from the target's hidden states (a head is trained for one target "
+        "checkpoint; its layer's KV cache and its weights are planned from the target's geometry).")
     model: str | None = Field(default=None, max_length=256, pattern=TOKEN, description="draft: Hugging Face repo "
-                              "id of the draft model, e.g. Qwen/Qwen3-0.6B for a Qwen3 target.")
+                              "id of the draft model, e.g. Qwen/Qwen3-0.6B for a Qwen3 target. eagle3: the "
+                              "EAGLE-3 head's repo id, trained for this target.")
     num_speculative_tokens: int = Field(default=1, ge=1, le=8, description="Tokens drafted per step (the "
                                         "Qwen3.5/3.6 MTP layer is one layer, applied repeatedly).")
     prompt_lookup_min: int | None = Field(default=None, ge=1, le=32, description="ngram: shortest n-gram matched "
@@ -59,6 +63,8 @@ class Speculative(ApiModel, rules=[
         if self.method == "draft" and self.model is not None:
             # vLLM names the method of a separate draft model itself (draft_model) from the model it is given.
             return {"model": self.model, "num_speculative_tokens": self.num_speculative_tokens}
+        if self.method == "eagle3" and self.model is not None:
+            return {"method": "eagle3", "model": self.model, "num_speculative_tokens": self.num_speculative_tokens}
         out: dict[str, str | int] = {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens}
         if self.prompt_lookup_min is not None:
             out["prompt_lookup_min"] = self.prompt_lookup_min
@@ -212,8 +218,8 @@ class ServingStatus(ApiModel):
     thinking: bool | None = Field(default=None, description="enable_thinking default, if set.")
     rope_scaling_factor: float | None = Field(default=None, description="YaRN factor, if rope scaling is on.")
     speculative_tokens: int | None = Field(default=None, description="Tokens drafted per step, if on.")
-    speculative_method: Literal["mtp", "ngram", "draft"] | None = Field(
-        default=None, description="mtp, ngram or draft, if speculative decoding is on.")
+    speculative_method: Literal["mtp", "ngram", "draft", "eagle3"] | None = Field(
+        default=None, description="mtp, ngram, draft or eagle3, if speculative decoding is on.")
     adapters: list[str] | None = Field(default=None, description="Names of the LoRA adapters served.")
     language_model_only: bool | None = Field(default=None, description="True when vLLM builds no vision "
                                              "encoder (multimodal.languageModelOnly, or image and video limits "

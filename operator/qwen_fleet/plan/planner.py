@@ -14,7 +14,7 @@ from qwen_fleet.api.resource import CapacityStatus, QwenInferenceSpec
 from qwen_fleet.catalog import find_gpu, find_model
 from qwen_fleet.catalog.types import ModelFacts
 from qwen_fleet.plan.capacity import Capacity, CapacityInput, Problem, plan_capacity
-from qwen_fleet.plan.capacity_vllm import kv_bytes_per_token
+from qwen_fleet.plan.capacity_vllm import dtype_bytes, kv_bytes_per_token, model_dtype
 from qwen_fleet.plan.parallel import Layout, parallel_problems, parallel_warnings
 from qwen_fleet.plan.propose import Constraints, format_proposals, propose_layouts
 from qwen_fleet.plan.serving import draft_model, effective_context, mtp_layers, skips_vision_encoder
@@ -60,13 +60,13 @@ def capacity_input(spec: QwenInferenceSpec, memory_gib: float) -> CapacityInput 
     if model is None:
         return None
     engine = spec.engine
-    extra = mtp_layers(spec, model) + draft_kv_layers(spec, model)
+    extra = mtp_layers(spec, model) + draft_kv_layers(spec, model) + eagle3_layers(spec)
     return CapacityInput(
         # YaRN raises the context; an MTP draft adds one full-attention layer of KV cache per token, a draft model
         # its own layers' worth (draft_kv_layers).
         model=replace(model, native_context=effective_context(spec, model), num_layers=model.num_layers + extra,
                       full_attention_layers=model.full_attention_layers + extra),
-        draft_weight_bytes=_draft_weight_bytes(spec),
+        draft_weight_bytes=_draft_weight_bytes(spec) + eagle3_weight_bytes(spec, model),
         gpu_memory_gib=memory_gib,
         tensor_parallel=spec.parallelism.tensor,
         pipeline_parallel=spec.parallelism.pipeline,
@@ -98,6 +98,28 @@ def draft_kv_layers(spec: QwenInferenceSpec, model: ModelFacts) -> int:
     kv_cache_dtype = spec.engine.kv_cache_dtype or "auto"
     per_layer = kv_bytes_per_token(model, kv_cache_dtype) / model.full_attention_layers
     return ceil(kv_bytes_per_token(draft, kv_cache_dtype) / per_layer)
+
+
+def eagle3_layers(spec: QwenInferenceSpec) -> int:
+    """An EAGLE-3 head is one decoder layer with the target's attention geometry: vLLM allocates its KV cache from
+    the target's pool, one full-attention layer's worth per token."""
+    wanted = spec.serving.speculative
+    return 1 if wanted is not None and wanted.method == "eagle3" and spec.serving.task in (None, "generate") else 0
+
+
+def eagle3_weight_bytes(spec: QwenInferenceSpec, model: ModelFacts) -> int:
+    """An EAGLE-3 head's weights from the target's geometry (a head is trained for one target, so it has the
+    target's hidden size and heads): ``fc`` folding three hidden states (3h x h), q/k/v reading the embedding and
+    the hidden state (2h wide), o, a gated MLP, and an LM head over the target's vocabulary (an upper bound: heads
+    that draft over a reduced vocabulary, e.g. 32,000 tokens, are smaller); split over the tensor ranks like a draft
+    model's (vLLM shards the layer and the LM head; only ``fc`` is replicated); at the engine's dtype."""
+    if not eagle3_layers(spec):
+        return 0
+    h, hd = model.hidden_size, model.head_dim
+    q, kv = model.num_attention_heads * hd, model.num_kv_heads * hd
+    intermediate = model.intermediate_size or 4 * h  # a head's MLP is dense; 4h where the catalog lacks it
+    params = 3 * h * h + 2 * h * (q + 2 * kv) + q * h + 3 * h * intermediate + model.vocab_size * h
+    return params * dtype_bytes(model_dtype(model, spec.engine.dtype or "auto"))
 
 
 def _draft_weight_bytes(spec: QwenInferenceSpec) -> int:

@@ -43,11 +43,11 @@ class ServingPlan:
         limits = dict(self.media_limits)
         return self.language_model_only or all(limits.get(m) == 0 for m in VISION_MODALITIES)
 
-    def _speculative_method(self) -> Literal["mtp", "ngram", "draft"] | None:
+    def _speculative_method(self) -> Literal["mtp", "ngram", "draft", "eagle3"] | None:
         if not self.speculative_tokens:
             return None
         method = self.speculative_config.get("method")
-        return "ngram" if method == "ngram" else "mtp" if method == "mtp" else "draft"
+        return method if method in ("ngram", "mtp", "eagle3") else "draft"  # type: ignore[return-value]
 
     def status(self) -> ServingStatus:
         return ServingStatus(task=self.task, reasoning_parser=self.reasoning_parser,  # type: ignore[arg-type]
