@@ -1,4 +1,4 @@
-"""Two fixes to kopf (pinned to 1.45.x), applied when the operator starts.
+"""Three fixes to kopf (pinned to 1.45.x), applied when the operator starts.
 
 1. Start-up over many objects in linear, not quadratic, time.
 
@@ -29,13 +29,25 @@ With that, a watcher whose kind goes away before its first listing is over waits
 stops it when the observer sees the CRD gone; but kopf leaves that watcher's "not indexed yet" toggle in the
 operator-wide set (the watcher drops it only when its listing ends), and every handler of every kind waits for
 the set. The patched watcher drops its own toggle when it ends, however it ends.
+
+3. A deletion missed while a watch was down is seen as a deletion.
+
+When a watch cannot resume (410 Gone: its resourceVersion was compacted away, or the apiserver restarted with a
+fresh watch cache), kopf lists the kind again and goes on from there; an object deleted in between is simply not
+in the new listing, and kopf says nothing about it: no DELETED event, no index entry dropped (kopf 1.45). The
+operator would then keep reconciling a QwenInference that is gone (its children re-made with an ownerReference to
+a uid that no longer exists, then garbage-collected, again and again), and keep counting a child that is gone as
+present (never restoring it). client-go's informers report such an object as deleted on relist
+(DeletedFinalStateUnknown); so does the patched stream: ``RelistTracker`` remembers the identity of every object
+the stream has shown, and at the end of each listing after the first, yields a DELETED event for each remembered
+object the listing did not hold, before kopf's own end-of-listing marker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from kopf._cogs.aiokits import aiotoggles
@@ -79,14 +91,75 @@ ORIGINAL_INFINITE_WATCH = watching.infinite_watch
 ORIGINAL_WATCHER = queueing.watcher
 
 
+# What a synthetic DELETED event keeps of an object: what the operator's handlers and kopf's indexes read of a
+# deleted object (its identity, labels and owners), not the whole body (memory at fleet scale).
+_IDENTITY = ("name", "namespace", "uid", "labels", "ownerReferences", "resourceVersion")
+
+
+def _identity(body: Mapping[str, Any]) -> dict[str, Any]:
+    meta = body.get("metadata") or {}
+    return {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"),
+            "metadata": {k: meta[k] for k in _IDENTITY if k in meta}}
+
+
+def _uid(body: Mapping[str, Any]) -> str | None:
+    meta = body.get("metadata") or {}
+    uid = meta.get("uid")
+    return str(uid) if uid else None
+
+
+class RelistTracker:
+    """Turns "not in the new listing" into a DELETED event (item 3 above), for one kind's stream.
+
+    Fed every item of kopf's stream in order (``feed`` returns what to yield before it): listed objects come as
+    events of type None, a listing ends with ``watching.Bookmark.LISTED``, watch events are ADDED, MODIFIED,
+    DELETED (and BOOKMARK, no object)."""
+
+    def __init__(self) -> None:
+        self.known: dict[str, dict[str, Any]] = {}  # uid -> identity, of every object shown and not deleted
+        self.listed: set[str] = set()  # uids listed since the last end of a listing
+        self.listings = 0
+
+    def feed(self, event: Any) -> list[dict[str, Any]]:
+        if event is watching.Bookmark.LISTED:
+            missed = [] if self.listings == 0 else [
+                {"type": "DELETED", "object": body} for uid, body in self.known.items() if uid not in self.listed]
+            for gone in missed:
+                self.known.pop(str(gone["object"]["metadata"]["uid"]), None)
+            self.listings += 1
+            self.listed = set()
+            return missed
+        if not isinstance(event, Mapping):
+            return []
+        body = event.get("object") or {}
+        uid = _uid(body)
+        if uid is None or event.get("type") == "BOOKMARK":
+            return []
+        if event.get("type") == "DELETED":
+            self.known.pop(uid, None)
+            return []
+        if event.get("type") is None:
+            self.listed.add(uid)
+        self.known[uid] = _identity(body)
+        return []
+
+
 async def _infinite_watch(**kwargs: Any) -> AsyncIterator[Any]:
-    """kopf's endless watch stream of one kind, which outlives the kind's API being gone for a while."""
+    """kopf's endless watch stream of one kind, which outlives the kind's API being gone for a while and reports
+    the objects a relist no longer holds as deleted."""
     first, longest = NOT_SERVED_BACKOFF
     delay, logged = first, False
+    tracker = RelistTracker()
     while True:
         try:
             async for event in ORIGINAL_INFINITE_WATCH(**kwargs):
                 delay, logged = first, False
+                missed = tracker.feed(event)
+                if missed:
+                    log.info("%s: %d object(s) deleted while the watch was down (not in the new listing)",
+                             kwargs.get("resource"), len(missed))
+                for gone in missed:
+                    yield gone
                 yield event
             return  # only in kopf's own tests (a bounded number of iterations)
         except errors.APINotFoundError:
