@@ -122,13 +122,10 @@ class RelistTracker:
 
     def feed(self, event: Any) -> list[dict[str, Any]]:
         if event is watching.Bookmark.LISTED:
-            missed = [] if self.listings == 0 else [
-                {"type": "DELETED", "object": body} for uid, body in self.known.items() if uid not in self.listed]
-            for gone in missed:
-                self.known.pop(str(gone["object"]["metadata"]["uid"]), None)
+            gone = [] if self.listings == 0 else [uid for uid in self.known if uid not in self.listed]
             self.listings += 1
             self.listed = set()
-            return missed
+            return [{"type": "DELETED", "object": self.known.pop(uid)} for uid in gone]
         if not isinstance(event, Mapping):
             return []
         body = event.get("object") or {}
