@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from kopf._cogs.clients import watching
 
-from qwen_fleet.reconcile import kopf_patches
-from qwen_fleet.reconcile.kopf_patches import RelistTracker
+from qwen_fleet.reconcile import adapter as kopf_patches
+from qwen_fleet.reconcile.adapter import RelistTracker
 
 LISTED = watching.Bookmark.LISTED
 

@@ -27,13 +27,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import kopf
 from pydantic import ValidationError
 
 from qwen_fleet.api import API_VERSION
 from qwen_fleet.api.batch import BATCH_KIND, BATCH_PLURAL, QwenBatch
 from qwen_fleet.api.messages import validation_message
 from qwen_fleet.config import OperatorConfig
+from qwen_fleet.reconcile import adapter
 from qwen_fleet.reconcile.batch import (
     Verdict,
     batch_status,
@@ -195,13 +195,13 @@ class BatchController:
         return max(messages)[1] if messages else ""
 
 
-def register_batch(registry: kopf.OperatorRegistry, get: Callable[[], BatchController | None]) -> None:
+def register_batch(registry: adapter.Registry, get: Callable[[], BatchController | None]) -> None:
     """kopf watches that feed the batch queue: every QwenBatch event, every event of a batch's Job or its pods."""
     def key_of(body: Any) -> Key:
         return (str(body["metadata"].get("namespace") or ""), str(body["metadata"]["name"]))
 
-    @kopf.on.event("qwenfleet.io", "v1alpha1", BATCH_PLURAL, registry=registry)
-    async def batch_event(event: kopf.RawEvent, **_: Any) -> None:
+    @adapter.on_event(registry, "qwenfleet.io", "v1alpha1", BATCH_PLURAL)
+    async def batch_event(event: adapter.RawEvent, **_: Any) -> None:
         body, controller = event.get("object") or {}, get()
         if controller is None or not body.get("metadata"):
             return
@@ -212,9 +212,9 @@ def register_batch(registry: kopf.OperatorRegistry, get: Callable[[], BatchContr
         controller.batches[key] = dict(body)
         controller.queue.add(key)
 
-    @kopf.on.event(BATCH_WATCHED.group, BATCH_WATCHED.version, BATCH_WATCHED.plural, id="watch_batch_jobs",
-                   labels={BATCH_LABEL: kopf.PRESENT}, registry=registry)
-    async def job_event(event: kopf.RawEvent, **_: Any) -> None:
+    @adapter.on_event(registry, BATCH_WATCHED.group, BATCH_WATCHED.version, BATCH_WATCHED.plural,
+                   id="watch_batch_jobs", labels={BATCH_LABEL: adapter.PRESENT})
+    async def job_event(event: adapter.RawEvent, **_: Any) -> None:
         body, controller = event.get("object") or {}, get()
         if controller is None or not body.get("metadata"):
             return
@@ -226,8 +226,8 @@ def register_batch(registry: kopf.OperatorRegistry, get: Callable[[], BatchContr
             controller.jobs[key] = dict(body)
             controller.queue.add_after(key, 0.5)
 
-    @kopf.on.event("", "v1", "pods", id="watch_batch_pods", labels={BATCH_LABEL: kopf.PRESENT}, registry=registry)
-    async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
+    @adapter.on_event(registry, "", "v1", "pods", id="watch_batch_pods", labels={BATCH_LABEL: adapter.PRESENT})
+    async def pod_event(event: adapter.RawEvent, **_: Any) -> None:
         body, controller = event.get("object") or {}, get()
         if controller is None or not body.get("metadata"):
             return

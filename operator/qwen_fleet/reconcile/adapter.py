@@ -1,4 +1,13 @@
-"""Three fixes to kopf (pinned to 1.45.x), applied when the operator starts.
+"""kopf, behind one module: the only one of the operator that imports kopf.
+
+The rest of the operator registers its watches, indexes and lifecycle steps through the functions here and never
+sees a kopf name (a grep of operator/ for kopf imports finds this file alone; hence its name, which such a grep
+would match too if it began with kopf). Here too: every kopf setting (``configure``), kopf's diff-base storage
+switched off (``NoDiffBase``), the re-scan of APIs installed after start-up (``ensure_watched``), and the fixes to
+kopf's private modules, each with its reason. kopf 1.45.2 is pinned (requirements.lock);
+tests/unit/test_kopf_adapter.py fails when kopf changes under a fix.
+
+Fixes to kopf, applied when the operator starts (``apply_patches``):
 
 1. Start-up over many objects in linear, not quadratic, time.
 
@@ -41,20 +50,167 @@ present (never restoring it). client-go's informers report such an object as del
 (DeletedFinalStateUnknown); so does the patched stream: ``RelistTracker`` remembers the identity of every object
 the stream has shown, and at the end of each listing after the first, yields a DELETED event for each remembered
 object the listing did not hold, before kopf's own end-of-listing marker.
+
+Diff base: kopf builds a deep copy of every watched object's "essence" on every watch event, to diff it for cause
+handlers (on.create/update/delete). This operator registers none: its triggers are event handlers and indexes,
+and the reconcile reads the latest state itself. Profiling a burst of 100 resources showed that copy (pods,
+Deployments, ... all watched) taking about a fifth of the event loop's time; ``NoDiffBase`` makes it free.
+
+Re-scan: kopf serves a resource whose CRD is installed after the operator started by re-scanning the API group on
+each event of that CRD (``observation.process_discovered_resource_event``). The apiserver's discovery can lag behind
+those events: if the group is not yet listed when the CRD's last event (Established) comes, kopf's scan finds
+nothing and no later event asks again, so the operator would never watch, say, LeaderWorkerSets installed after it
+(seen in the suite: a multi-node fleet's LeaderWorkerSet was created but its status never read). The resync asks
+discovery itself (``Controller.refresh_capabilities``); for every group it finds served but kopf does not watch,
+``ensure_watched`` repeats kopf's own re-scan, under kopf's lock, with kopf's own functions
+(tests/integration/test_leaderworkerset.py covers it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+import kopf
 from kopf._cogs.aiokits import aiotoggles
-from kopf._cogs.clients import errors, watching
-from kopf._core.reactor import queueing
+from kopf._cogs.clients import errors, scanning, watching
+from kopf._cogs.structs import references
+from kopf._core.reactor import observation, queueing
 
 log = logging.getLogger(__name__)
+
+# --- the surface the operator uses ------------------------------------------------------------------------------
+
+Registry = kopf.OperatorRegistry
+Settings = kopf.OperatorSettings
+RawEvent = kopf.RawEvent
+PRESENT = kopf.PRESENT  # a label filter: the label is there, whatever its value
+Handler = Callable[..., Any]
+
+
+def new_registry() -> Registry:
+    return kopf.OperatorRegistry()
+
+
+def login(registry: Registry) -> None:
+    """kopf's default registry brings its login handlers; an own registry needs the one it uses named: the official
+    client's (in-cluster credentials or the kubeconfig, like KubeClient)."""
+    kopf.on.login(registry=registry)(kopf.login_via_client)
+
+
+def startup(registry: Registry, backoff: float) -> Callable[[Handler], Handler]:
+    """A start-up step; a step that fails is retried by kopf after ``backoff`` seconds."""
+    return kopf.on.startup(registry=registry, backoff=backoff)
+
+
+def cleanup(registry: Registry) -> Callable[[Handler], Handler]:
+    return kopf.on.cleanup(registry=registry)
+
+
+def probe(registry: Registry, id: str) -> Callable[[Handler], Handler]:
+    return kopf.on.probe(id=id, registry=registry)
+
+
+def on_event(registry: Registry, group: str, version: str, plural: str, *, id: str | None = None,
+             labels: Mapping[str, Any] | None = None) -> Callable[[Handler], Handler]:
+    """Every watch event of a kind (the initial listing's too), the raw event as ``event``; nothing is written."""
+    return kopf.on.event(group, version, plural, id=id, labels=labels, registry=registry)
+
+
+def index(registry: Registry, group: str, version: str, plural: str, *, id: str,
+          labels: Mapping[str, Any] | None = None) -> Callable[[Handler], Handler]:
+    """An in-memory index of a kind, filled before any handler runs; handlers get it as a keyword named ``id``."""
+    return kopf.index(group, version, plural, id=id, labels=labels, registry=registry)
+
+
+def configure(settings: Settings, *, group: str, workers: int, exiting_timeout: float) -> None:
+    """Every kopf setting in one place."""
+    # Only our explicit Events reach the cluster; kopf's per-object log lines stay in the log.
+    settings.posting.level = logging.WARNING
+    settings.posting.loggers = False
+    # kopf logs every handled event at INFO: at fleet scale that is noise (and CPU). Failures still show.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    # Own prefixes, in case a cause handler is ever added: never clash with other kopf operators.
+    settings.persistence.finalizer = f"{group}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=group)
+    settings.persistence.diffbase_storage = NoDiffBase()  # no cause handlers: no diff base (see above)
+    settings.networking.request_timeout = 60
+    settings.networking.connect_timeout = 10
+    # After an apiserver outage, reconnect within ~5 s of its return instead of kopf's Fibonacci backoff
+    # (up to 21 s); the total retry budget (~47 s before kopf restarts the cycle) stays about the same.
+    settings.networking.error_backoffs = (1, 1, 2, 3, 5, 5, 5, 5, 5, 5, 5, 5)
+    settings.watching.connect_timeout = 10
+    settings.watching.server_timeout = 600  # periodic relists bound any missed event
+    settings.execution.max_workers = workers
+    # The last resort after SIGTERM (kopf SIGKILLs itself when its graceful exit takes longer): the renew deadline,
+    # after which a standby may lead. The graceful path is bounded well within it (handlers.py shutdown, run.py).
+    settings.process.ultimate_exiting_timeout = exiting_timeout
+    settings.queueing.worker_limit = None  # per-object workers are cheap coroutines
+
+
+class NoDiffBase(kopf.DiffBaseStorage):
+    """kopf's diff-base storage, switched off (see above)."""
+
+    def build(self, *, body: Any, extra_fields: Iterable[Any] | None = None) -> Any:
+        return {}
+
+    def fetch(self, *, body: Any) -> Any:
+        return None
+
+    def store(self, *, body: Any, patch: Any, essence: Any) -> None:
+        return None
+
+
+@dataclass
+class KopfHandles:
+    """What kopf's observer works with, kept by the operator: created before ``run`` and passed to it."""
+
+    registry: Registry
+    insights: references.Insights
+    settings: Settings | None = None  # set by the start-up handler
+
+
+def new_handles(registry: Registry) -> KopfHandles:
+    return KopfHandles(registry=registry, insights=references.Insights())
+
+
+def run(handles: KopfHandles, stop_flag: threading.Event, namespaces: list[str], liveness_endpoint: str | None) -> None:
+    """kopf's own loop, until ``stop_flag`` is set or a signal stops it. No namespaces: cluster-wide."""
+    kopf.run(registry=handles.registry, insights=handles.insights, stop_flag=stop_flag, standalone=True,
+             clusterwide=not namespaces, namespaces=namespaces, liveness_endpoint=liveness_endpoint)
+
+
+# --- the re-scan of APIs installed after start-up (see above) ---------------------------------------------------
+
+def watched_groups(insights: references.Insights) -> set[str]:
+    return {r.group for r in insights.watched_resources | insights.indexed_resources}
+
+
+async def ensure_watched(handles: KopfHandles, groups: set[str]) -> set[str]:
+    """Re-scan each of ``groups`` that kopf does not watch yet; returns the groups it watches afterwards."""
+    if handles.settings is None:
+        return set()
+    added = set()
+    for group in sorted(groups - watched_groups(handles.insights)):
+        resources = await scanning.scan_resources(groups={group}, settings=handles.settings, logger=log)
+        if not resources:
+            continue
+        async with handles.insights.revised:
+            observation.revise_resources(resources=resources, insights=handles.insights,
+                                         registry=handles.registry, group=group)
+            await handles.insights.backbone.fill(resources=resources)
+            handles.insights.revised.notify_all()
+        if group in watched_groups(handles.insights):
+            added.add(group)
+            log.info("now watching the %s API (installed after the operator started)", group)
+    return added
+
+
+# --- fixes 1-3 (see above) ----------------------------------------------------------------------------------------
 NOT_SERVED_BACKOFF = (0.5, 10.0)  # first and longest wait before watching a kind that answered 404 again
 
 
@@ -178,7 +334,9 @@ async def _watcher(**kwargs: Any) -> None:
             await gate.drop_toggle(mine)
 
 
-def apply() -> None:
+def apply_patches() -> None:
+    """Put fixes 1-3 into kopf, where kopf looks them up (tests/unit/test_kopf_adapter.py checks that it still
+    does, so that a kopf upgrade that stops doing so fails a test instead of making a fix silently inert)."""
     aiotoggles.ToggleSet.make_toggle = _make_toggle  # type: ignore[method-assign]
     aiotoggles.ToggleSet.drop_toggle = _drop_toggle  # type: ignore[method-assign]
     aiotoggles.ToggleSet.drop_toggles = _drop_toggles  # type: ignore[method-assign]
