@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from qwen_fleet.api import API_VERSION
+from qwen_fleet.api import API_VERSION, GROUP, VERSION
 from qwen_fleet.api.batch import BATCH_KIND, BATCH_PLURAL, QwenBatch
 from qwen_fleet.api.messages import validation_message
 from qwen_fleet.config import OperatorConfig
@@ -200,7 +200,7 @@ def register_batch(registry: adapter.Registry, get: Callable[[], BatchController
     def key_of(body: Any) -> Key:
         return (str(body["metadata"].get("namespace") or ""), str(body["metadata"]["name"]))
 
-    @adapter.on_event(registry, "qwenfleet.io", "v1alpha1", BATCH_PLURAL)
+    @adapter.on_event(registry, GROUP, VERSION, BATCH_PLURAL)
     async def batch_event(event: adapter.RawEvent, **_: Any) -> None:
         body, controller = event.get("object") or {}, get()
         if controller is None or not body.get("metadata"):
