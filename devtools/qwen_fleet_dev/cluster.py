@@ -149,6 +149,7 @@ class LocalCluster:
         tie_to_parent: bool = True,
         audit_users: Sequence[str] = (OPERATOR_USER,),
         controller_flags: Sequence[str] = (),
+        apiserver_flags: Sequence[str] = (),
         real_node: bool = False,
         leader_worker_set: bool = False,
         held_pod_label: str | None = None,
@@ -163,6 +164,9 @@ class LocalCluster:
         self.tie_to_parent = tie_to_parent
         self.audit_users = list(audit_users)
         self.controller_flags = list(controller_flags)
+        # Extra kube-apiserver flags, after the defaults (a later flag wins): tests/chaos starts apiservers that
+        # throttle (--max-requests-inflight) or keep no watch cache.
+        self.apiserver_flags = list(apiserver_flags)
         self.bins = binaries_mod.locate()
         self.ports = Ports.allocate()
         self.admin_token = secrets.token_hex(16)
@@ -358,6 +362,7 @@ class LocalCluster:
             f"--audit-log-path={self.audit_log}", "--audit-log-format=json",
             "--audit-log-mode=blocking",
             *(self._real_node_apiserver_flags()),
+            *self.apiserver_flags,
         ]
 
     def _service_cidr(self) -> str:

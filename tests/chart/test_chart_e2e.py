@@ -139,7 +139,6 @@ DENIED = [
     ("get", "secrets", "-A"), ("list", "secrets", "-A"), ("watch", "secrets", "-n", TEAM),
     ("get", "secrets", "-n", SYSTEM),
     ("delete", "nodes"), ("patch", "nodes"), ("get", "nodes"),
-    ("delete", "services", "-n", TEAM),
     ("create", "qweninferences.qwenfleet.io", "-n", TEAM), ("patch", "qweninferences.qwenfleet.io", "-n", TEAM),
     ("delete", "qweninferences.qwenfleet.io", "-n", TEAM), ("delete", "pods", "-n", TEAM),
     # Minting tokens: the batch runner's ServiceAccount may be created (and a Role bound to it), never a token
@@ -148,7 +147,6 @@ DENIED = [
     ("create", "serviceaccounts", "--subresource=token", "-n", TEAM),
     ("escalate", "clusterroles"), ("bind", "clusterroles"), ("escalate", "roles", "-n", TEAM),
     ("bind", "roles", "-n", TEAM), ("impersonate", "users"), ("patch", "customresourcedefinitions"),
-    ("delete", "roles", "-n", TEAM), ("delete", "serviceaccounts", "-n", TEAM),
 ]
 ALLOWED = [
     ("patch", "deployments", "-n", TEAM), ("create", "deployments", "-n", TEAM),
@@ -160,6 +158,10 @@ ALLOWED = [
     # holds get on ConfigMaps (the output ConfigMap's); it could list and watch them before.
     ("create", "serviceaccounts", "-n", TEAM), ("create", "roles", "-n", TEAM), ("create", "rolebindings", "-n", TEAM),
     ("get", "configmaps", "-n", TEAM), ("create", "jobs", "-n", TEAM),
+    # A new fleet or batch the apiserver refuses in part is undone: what was just created is deleted again
+    # (tests/chaos/test_refusals.py), Services and the runner's RBAC included.
+    ("delete", "services", "-n", TEAM), ("delete", "serviceaccounts", "-n", TEAM), ("delete", "roles", "-n", TEAM),
+    ("delete", "rolebindings", "-n", TEAM),
 ]
 
 
@@ -205,6 +207,8 @@ CHECKED_INSIDE_OTHER_REQUESTS = {("create", g, r) for g, r in APPLIED_KINDS} | {
 # Granted for paths this run does not take: a migration between the workload kinds (a Deployment deleted,
 # tests/integration/test_leaderworkerset.py), and LeaderWorkerSets, used only where their CRD is installed.
 NOT_EXERCISED_HERE = {("delete", "apps", "deployments")} | {
+    # Undoing a new fleet the apiserver refused in part (tests/chaos/test_refusals.py): nothing is refused here.
+    ("delete", "", "services")} | {
     (verb, "leaderworkerset.x-k8s.io", "leaderworkersets") for verb in ("list", "watch", "patch", "delete")} | {
     # KEDA's ScaledObject (autoscaling.engine keda): no keda fleet in this run (tests/integration/test_keda.py
     # writes and deletes them); its CRD is installed here, so it may be listed and watched.

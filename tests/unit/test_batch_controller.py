@@ -7,8 +7,11 @@ import asyncio
 import copy
 from typing import Any
 
+import pytest
+
 from qwen_fleet.config import OperatorConfig
 from qwen_fleet.reconcile.batch_controller import BatchController
+from qwen_fleet.reconcile.kube import KubeError
 from tests.invalid_batch_specs import BATCH_BASE
 
 KEY = ("team", "sums")
@@ -124,5 +127,75 @@ def test_a_pod_the_scheduler_cannot_place_makes_the_batch_pending_with_its_words
                                                             {"type": "Ready", "status": "True"}]}
         await controller.reconcile(KEY)
         assert kube.patched[-1]["state"] == "Running" and events == [("Warning", "Unschedulable")]
+
+    asyncio.run(scenario())
+
+
+class RefusingKube(RecordingKube):
+    """The apiserver refuses the Job (an admission policy or validation: 422), or answers ``transient``."""
+
+    def __init__(self, status: int = 422) -> None:
+        super().__init__()
+        self.status = status
+        self.deleted: list[tuple[str, str, str | None]] = []
+        self.job_attempts = 0
+
+    async def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        if obj["kind"] == "Job":
+            self.job_attempts += 1
+            raise KubeError(self.status, "Invalid" if self.status == 422 else "TooManyRequests",
+                            "jobs.batch \"sums-batch\" is forbidden: Jobs are not allowed here")
+        done = await super().apply(obj)
+        done["metadata"]["uid"] = f"uid-{obj['kind']}"
+        return done
+
+    async def delete(self, api_version: str, kind: str, ns: str, name: str, uid: str | None) -> None:
+        self.deleted.append((kind, name, uid))
+
+
+def test_a_refused_job_undoes_the_batch_children_and_stalls_with_the_apiservers_words_once_per_generation() -> None:
+    async def scenario() -> None:
+        kube, events = RefusingKube(422), []
+        controller = BatchController(kube, OperatorConfig(), {("team", "qwen"): FLEET}.get,  # type: ignore[arg-type]
+                                     emit=lambda _obj, type_, reason, _msg: events.append((type_, reason)))
+        raw: dict[str, Any] = {"apiVersion": "qwenfleet.io/v1alpha1", "kind": "QwenBatch",
+                               "metadata": {"name": "sums", "namespace": "team", "uid": "u1", "generation": 1},
+                               "spec": copy.deepcopy(BATCH_BASE)}
+        controller.batches[KEY] = raw
+        await controller.reconcile(KEY)  # no exception: nothing for the queue to retry
+        assert kube.job_attempts == 1
+        # What it created before the refusal goes again, newest first, each by its uid.
+        assert kube.deleted == [("RoleBinding", "sums-batch-runner", "uid-RoleBinding"),
+                                ("Role", "sums-batch-runner", "uid-Role"),
+                                ("ServiceAccount", "sums-batch-runner", "uid-ServiceAccount")]
+        status = kube.patched[-1]
+        stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
+        assert (status["state"], stalled["status"], stalled["reason"]) == ("Stalled", "True", "ApplyRejected")
+        assert "Jobs are not allowed here" in stalled["message"]
+        assert events == [("Warning", "ApplyRejected")]
+        _store_status(controller)
+        await controller.reconcile(KEY)  # the same generation: held, no second attempt, no write
+        assert kube.job_attempts == 1 and len(kube.patched) == 1
+        controller.refused.clear()  # the resync: one more attempt, refused again, no new Event
+        await controller.reconcile(KEY)
+        assert kube.job_attempts == 2 and events == [("Warning", "ApplyRejected")]
+        raw["metadata"]["generation"] = 2  # a new spec is tried at once
+        await controller.reconcile(KEY)
+        assert kube.job_attempts == 3
+
+    asyncio.run(scenario())
+
+
+def test_a_transient_error_on_the_job_is_raised_for_the_queue_to_retry() -> None:
+    async def scenario() -> None:
+        kube = RefusingKube(429)
+        controller = BatchController(kube, OperatorConfig(), {("team", "qwen"): FLEET}.get,  # type: ignore[arg-type]
+                                     emit=lambda *_: None)
+        controller.batches[KEY] = {"apiVersion": "qwenfleet.io/v1alpha1", "kind": "QwenBatch",
+                                   "metadata": {"name": "sums", "namespace": "team", "uid": "u1", "generation": 1},
+                                   "spec": copy.deepcopy(BATCH_BASE)}
+        with pytest.raises(KubeError):
+            await controller.reconcile(KEY)
+        assert kube.deleted == [] and kube.patched == [] and controller.refused == {}
 
     asyncio.run(scenario())

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 import pytest
 from kopf._cogs.aiokits import aiotoggles
 
-from qwen_fleet.reconcile import kopf_patches
+from qwen_fleet.reconcile import adapter as kopf_patches
 
 N = 300
 
@@ -65,7 +65,7 @@ def unpatched() -> Iterable[None]:
 
 
 def test_patched_gate_releases_every_object_after_the_listing_with_linear_checks() -> None:
-    kopf_patches.apply()
+    kopf_patches.apply_patches()
     checks, released = _startup(N)
     assert released == N
     assert checks < 10 * N, checks

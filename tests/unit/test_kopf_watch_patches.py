@@ -1,5 +1,5 @@
 """kopf's watch stream and watcher, patched so that a CRD deleted under the running operator does not stop it
-(kopf_patches.py, fix 2). The end-to-end case is tests/integration/test_routing.py, which deletes the Inference
+(reconcile/adapter.py, fix 2). The end-to-end case is tests/integration/test_routing.py, which deletes the Inference
 Extension's CRDs under a running operator that watches them; these check the two pieces on their own."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from kopf._cogs.aiokits import aiotoggles
 from kopf._cogs.clients import errors
 
-from qwen_fleet.reconcile import kopf_patches
+from qwen_fleet.reconcile import adapter as kopf_patches
 
 
 def _not_found() -> errors.APINotFoundError:
@@ -96,6 +96,6 @@ def test_apply_puts_both_in_kopf_where_kopf_looks_them_up() -> None:
     from kopf._cogs.clients import watching
     from kopf._core.reactor import queueing
 
-    kopf_patches.apply()
+    kopf_patches.apply_patches()
     assert watching.infinite_watch is kopf_patches._infinite_watch
     assert queueing.watcher is kopf_patches._watcher

@@ -8,6 +8,11 @@
 - Through a fleet, the Job waits for the QwenInference: until it exists the batch is Stalled (FleetNotFound,
   with an Event) and looked at again every ``FLEET_RECHECK_SECONDS``.
 - Status: only the operator's fields, and only when they change; the runner reports the counts itself.
+- A child the apiserver refuses (422 from validation or an admission policy, or another error no retry can
+  mend: ``KubeError.transient`` says which): what this reconcile created is deleted again, so a refused batch
+  leaves nothing behind, and the batch is Stalled (ApplyRejected) with the apiserver's words and an Event.
+  Held per generation: the same spec is tried again only at the next resync (one attempt per period), a new
+  generation at once. Transient errors (connection, 409, 429, 5xx) and 403 are retried with backoff.
 - The Job's pods are watched too: a pod the scheduler cannot place, or whose container waits for an image or a
   Secret that is not there, makes the batch Pending with that reason and the pod's own words (and a Warning
   Event), instead of "running" with nothing reported.
@@ -22,13 +27,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import kopf
 from pydantic import ValidationError
 
-from qwen_fleet.api import API_VERSION
+from qwen_fleet.api import API_VERSION, GROUP, VERSION
 from qwen_fleet.api.batch import BATCH_KIND, BATCH_PLURAL, QwenBatch
 from qwen_fleet.api.messages import validation_message
 from qwen_fleet.config import OperatorConfig
+from qwen_fleet.reconcile import adapter
 from qwen_fleet.reconcile.batch import (
     Verdict,
     batch_status,
@@ -65,6 +70,8 @@ class BatchController:
         self.jobs: dict[Key, dict[str, Any]] = {}  # by the batch's key
         self.pods: dict[Key, dict[str, dict[str, Any]]] = {}  # the Job's pods by name, by the batch's key
         self.queue = WorkQueue()
+        # Batches whose children the apiserver refused, by key: (uid, generation). Cleared by the resync.
+        self.refused: dict[Key, tuple[str, int]] = {}
 
     def fleet_event(self, fleet: Key) -> None:
         """A QwenInference appeared or changed: the batches waiting for it look again now, not in 30 s."""
@@ -98,6 +105,9 @@ class BatchController:
                 self.queue.add_after(key, FLEET_RECHECK_SECONDS)
                 return
         if job is None:
+            uid = str(meta.get("uid") or "")
+            if self.refused.get(key) == (uid, generation):
+                return  # refused for this generation: the status says so; the resync gives it one more try
             port = fleet_port(fleet) if fleet is not None else 8000
             children = render_batch_children(batch, self.config.runner_image, self.config.default_image, port)
             found = await asyncio.gather(*(self.kube.find(c["apiVersion"], c["kind"], key[0], c["metadata"]["name"])
@@ -107,10 +117,14 @@ class BatchController:
                 await self._write(raw, held_verdict(held), generation, None)
                 self.queue.add_after(key, FOREIGN_RECHECK_SECONDS)
                 return
-            for child in children:
-                applied = await self.kube.apply(child)
-                if child["kind"] == "Job":
-                    job = self.jobs[key] = applied
+            job, refusal = await self._apply_children(key[0], children, found)
+            if refusal is not None:
+                self.refused[key] = (uid, generation)
+                await self._write(raw, Verdict("Stalled", "ApplyRejected", refusal.message[:2000]), generation, None)
+                return
+            self.refused.pop(key, None)
+            if job is not None:
+                self.jobs[key] = job
         pod_message = ""
         verdict = job_verdict(job, name, old)
         if verdict.state == "Failed" and old.get("state") != "Failed":
@@ -123,6 +137,32 @@ class BatchController:
         if verdict.state in ("Pending", "Running") and fleet is not None:
             verdict = Verdict(verdict.state, verdict.reason, verdict.message + priority_note(fleet))
         await self._write(raw, verdict, generation, job)
+
+    async def _apply_children(self, namespace: str, children: list[dict[str, Any]],
+                              found: list[dict[str, Any] | None]) -> tuple[dict[str, Any] | None, KubeError | None]:
+        """Apply the children in order: (the Job as applied, None); on a refusal, delete the ones this call
+        created (``found`` None: the name was free) and return (None, the refusal). Transient errors are raised
+        (the queue retries them)."""
+        created: list[dict[str, Any]] = []
+        job: dict[str, Any] | None = None
+        for child, before in zip(children, found, strict=True):
+            try:
+                applied = await self.kube.apply(child)
+            except KubeError as err:
+                if err.transient or err.status == 403:
+                    raise
+                for made in reversed(created):
+                    made_meta = made.get("metadata") or {}
+                    await self.kube.delete(str(made["apiVersion"]), str(made["kind"]), namespace,
+                                           str(made_meta.get("name")), made_meta.get("uid"))
+                log.warning("QwenBatch: %s %s/%s refused: %s", child["kind"], namespace, child["metadata"]["name"],
+                            err)
+                return None, err
+            if before is None:
+                created.append({"apiVersion": child["apiVersion"], "kind": child["kind"], **applied})
+            if child["kind"] == "Job":
+                job = applied
+        return job, None
 
     async def _write(self, raw: dict[str, Any], verdict: Verdict, generation: int,
                      job: dict[str, Any] | None) -> None:
@@ -155,13 +195,13 @@ class BatchController:
         return max(messages)[1] if messages else ""
 
 
-def register_batch(registry: kopf.OperatorRegistry, get: Callable[[], BatchController | None]) -> None:
+def register_batch(registry: adapter.Registry, get: Callable[[], BatchController | None]) -> None:
     """kopf watches that feed the batch queue: every QwenBatch event, every event of a batch's Job or its pods."""
     def key_of(body: Any) -> Key:
         return (str(body["metadata"].get("namespace") or ""), str(body["metadata"]["name"]))
 
-    @kopf.on.event("qwenfleet.io", "v1alpha1", BATCH_PLURAL, registry=registry)
-    async def batch_event(event: kopf.RawEvent, **_: Any) -> None:
+    @adapter.on_event(registry, GROUP, VERSION, BATCH_PLURAL)
+    async def batch_event(event: adapter.RawEvent, **_: Any) -> None:
         body, controller = event.get("object") or {}, get()
         if controller is None or not body.get("metadata"):
             return
@@ -172,9 +212,9 @@ def register_batch(registry: kopf.OperatorRegistry, get: Callable[[], BatchContr
         controller.batches[key] = dict(body)
         controller.queue.add(key)
 
-    @kopf.on.event(BATCH_WATCHED.group, BATCH_WATCHED.version, BATCH_WATCHED.plural, id="watch_batch_jobs",
-                   labels={BATCH_LABEL: kopf.PRESENT}, registry=registry)
-    async def job_event(event: kopf.RawEvent, **_: Any) -> None:
+    @adapter.on_event(registry, BATCH_WATCHED.group, BATCH_WATCHED.version, BATCH_WATCHED.plural,
+                   id="watch_batch_jobs", labels={BATCH_LABEL: adapter.PRESENT})
+    async def job_event(event: adapter.RawEvent, **_: Any) -> None:
         body, controller = event.get("object") or {}, get()
         if controller is None or not body.get("metadata"):
             return
@@ -186,8 +226,8 @@ def register_batch(registry: kopf.OperatorRegistry, get: Callable[[], BatchContr
             controller.jobs[key] = dict(body)
             controller.queue.add_after(key, 0.5)
 
-    @kopf.on.event("", "v1", "pods", id="watch_batch_pods", labels={BATCH_LABEL: kopf.PRESENT}, registry=registry)
-    async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
+    @adapter.on_event(registry, "", "v1", "pods", id="watch_batch_pods", labels={BATCH_LABEL: adapter.PRESENT})
+    async def pod_event(event: adapter.RawEvent, **_: Any) -> None:
         body, controller = event.get("object") or {}, get()
         if controller is None or not body.get("metadata"):
             return
@@ -223,5 +263,6 @@ async def batch_worker(controller: BatchController) -> None:
 async def batch_resync(controller: BatchController, seconds: float) -> None:
     while True:
         await asyncio.sleep(seconds)
+        controller.refused.clear()  # a refused spec gets one more attempt per resync
         for key in list(controller.batches):
             controller.queue.add(key)

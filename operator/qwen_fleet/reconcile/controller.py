@@ -266,7 +266,12 @@ class Controller:
                 updated = await self.kube.patch_status(API_VERSION, KIND, key[0], key[1], patch)
             except KubeError as err:
                 if err.status == 404:
-                    return  # deleted meanwhile
+                    # Deleted meanwhile. If the watch missed the deletion (adapter.py, fix 3, is the other
+                    # guard), the key would be resynced for ever: drop it, unless a newer object took the name.
+                    current = self.store.resources.get(key)
+                    if current is not None and current["metadata"].get("uid") == raw["metadata"].get("uid"):
+                        del self.store.resources[key]
+                    return
                 raise RetryLater(f"status update failed: {err}") from None
             self.store.put_resource(key, updated)
             result.status_written = True

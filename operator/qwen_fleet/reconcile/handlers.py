@@ -21,17 +21,14 @@ import os
 import threading
 from typing import Any
 
-import kopf
-
 from qwen_fleet.api import GROUP, KIND, PLURAL, VERSION
 from qwen_fleet.config import MANAGED_BY, OperatorConfig
-from qwen_fleet.reconcile import metrics
+from qwen_fleet.reconcile import adapter, metrics
+from qwen_fleet.reconcile.adapter import KopfHandles, ensure_watched
 from qwen_fleet.reconcile.batch_controller import BatchController, batch_resync, batch_worker, register_batch
 from qwen_fleet.reconcile.controller import Controller, RetryLater
 from qwen_fleet.reconcile.events import EventSender
 from qwen_fleet.reconcile.kinds import CHILD_KINDS
-from qwen_fleet.reconcile.kopf_rescan import KopfHandles, ensure_watched
-from qwen_fleet.reconcile.kopf_storage import NoDiffBase
 from qwen_fleet.reconcile.kube import KubeClient
 from qwen_fleet.reconcile.leader import LeaderElector, LeaseTimings
 from qwen_fleet.reconcile.queue import Key, WorkQueue
@@ -87,29 +84,9 @@ def _resource_key(body: Any) -> Key:
     return (str(body["metadata"].get("namespace") or ""), str(body["metadata"]["name"]))
 
 
-def _configure_kopf(settings: kopf.OperatorSettings, cfg: OperatorConfig) -> None:
-    """Every kopf setting in one place."""
-    # Only our explicit Events reach the cluster; kopf's per-object log lines stay in the log.
-    settings.posting.level = logging.WARNING
-    settings.posting.loggers = False
-    # kopf logs every handled event at INFO: at fleet scale that is noise (and CPU). Failures still show.
-    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-    # Own prefixes, in case a cause handler is ever added: never clash with other kopf operators.
-    settings.persistence.finalizer = f"{GROUP}/finalizer"
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = NoDiffBase()  # no cause handlers: no diff base (kopf_storage.py)
-    settings.networking.request_timeout = 60
-    settings.networking.connect_timeout = 10
-    # After an apiserver outage, reconnect within ~5 s of its return instead of kopf's Fibonacci backoff
-    # (up to 21 s); the total retry budget (~47 s before kopf restarts the cycle) stays about the same.
-    settings.networking.error_backoffs = (1, 1, 2, 3, 5, 5, 5, 5, 5, 5, 5, 5)
-    settings.watching.connect_timeout = 10
-    settings.watching.server_timeout = 600  # periodic relists bound any missed event
-    settings.execution.max_workers = cfg.workers
-    # The last resort after SIGTERM (kopf SIGKILLs itself when its graceful exit takes longer): the renew deadline,
-    # after which a standby may lead. The graceful path is bounded well within it (shutdown below, run.py).
-    settings.process.ultimate_exiting_timeout = cfg.lease_renew_deadline_seconds
-    settings.queueing.worker_limit = None  # per-object workers are cheap coroutines
+def _configure_kopf(settings: adapter.Settings, cfg: OperatorConfig) -> None:
+    """Every kopf setting, in the adapter; the values from the operator's configuration."""
+    adapter.configure(settings, group=GROUP, workers=cfg.workers, exiting_timeout=cfg.lease_renew_deadline_seconds)
 
 
 def _start_work(rt: Runtime) -> None:
@@ -150,23 +127,20 @@ async def _elect(rt: Runtime) -> None:
     await rt.elector.run(started, stopped)
 
 
-def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
+def register(registry: adapter.Registry, rt: Runtime) -> None:
     """Put every handler of the operator into ``registry``, working on ``rt``."""
     _register_lifecycle(registry, rt)
     _register_watches(registry, rt)
     register_batch(registry, lambda: rt.batches)
 
 
-def _register_lifecycle(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
-    on = kopf.on
-    # kopf's default registry brings its login handlers; an own registry needs the one it uses named: the
-    # official client's (in-cluster credentials or the kubeconfig, like KubeClient).
-    on.login(registry=registry)(kopf.login_via_client)
+def _register_lifecycle(registry: adapter.Registry, rt: Runtime) -> None:
+    adapter.login(registry)
 
     # A step that fails (the apiserver answering 503 while it starts) is retried by kopf after ``backoff``
     # seconds (kopf's default: 60), and the retry makes nothing twice.
-    @on.startup(registry=registry, backoff=5)
-    async def configure(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
+    @adapter.startup(registry, backoff=5)
+    async def configure(settings: adapter.Settings, **kwargs: Any) -> None:
         cfg = rt.config
         _configure_kopf(settings, cfg)
         if rt.kopf is not None:
@@ -194,7 +168,7 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                  f"leader election on Lease {cfg.lease_namespace}/{cfg.lease_name} as {cfg.identity}"
                  if cfg.leader_election else "no leader election")
 
-    @on.cleanup(registry=registry)
+    @adapter.cleanup(registry)
     async def shutdown(**_: Any) -> None:
         if rt.election is not None:
             rt.election.cancel()
@@ -215,7 +189,7 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
             rt.kube.close()
         _exit_soon(rt, EXIT_GRACE_SECONDS)
 
-    @on.probe(id="queue", registry=registry)
+    @adapter.probe(registry, id="queue")
     async def queue_depth(**_: Any) -> int:
         return len(rt.queue)
 
@@ -242,11 +216,9 @@ def _exit_soon(rt: Runtime, seconds: float) -> None:
     timer.start()
 
 
-def _register_watches(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
-    on, index = kopf.on, kopf.index
-
-    @on.event(GROUP, VERSION, PLURAL, registry=registry)
-    async def resource_event(event: kopf.RawEvent, **_: Any) -> None:
+def _register_watches(registry: adapter.Registry, rt: Runtime) -> None:
+    @adapter.on_event(registry, GROUP, VERSION, PLURAL)
+    async def resource_event(event: adapter.RawEvent, **_: Any) -> None:
         body = event.get("object") or {}
         if not body.get("metadata"):
             return
@@ -264,7 +236,7 @@ def _register_watches(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         owner = owner_key(body)
         return {owner: compact_child(body)} if owner else None
 
-    async def child_event(event: kopf.RawEvent, **_: Any) -> None:
+    async def child_event(event: adapter.RawEvent, **_: Any) -> None:
         body = event.get("object") or {}
         owner = owner_key(body)
         if owner is None:
@@ -281,18 +253,18 @@ def _register_watches(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                 rt.queue.add_after(owner, COALESCE_SECONDS)
 
     for child in CHILD_KINDS:
-        on.event(child.group, child.version, child.plural, labels=MANAGED, id=f"watch_{child.plural}",
-                 registry=registry)(child_event)
-        index(child.group, child.version, child.plural, labels=MANAGED, id=f"children_{child.plural}",
-              registry=registry)(index_child)
+        adapter.on_event(registry, child.group, child.version, child.plural, labels=MANAGED,
+                      id=f"watch_{child.plural}")(child_event)
+        adapter.index(registry, child.group, child.version, child.plural, labels=MANAGED,
+                   id=f"children_{child.plural}")(index_child)
 
-    @index("", "v1", "pods", labels={INSTANCE_LABEL: kopf.PRESENT}, id="pods_index", registry=registry)
+    @adapter.index(registry, "", "v1", "pods", labels={INSTANCE_LABEL: adapter.PRESENT}, id="pods_index")
     async def pods(body: Any, **_: Any) -> dict[Key, dict[str, Any]] | None:
         key = instance_key(body)
         return {key: pod_summary(body)} if key else None
 
-    @on.event("", "v1", "pods", labels={INSTANCE_LABEL: kopf.PRESENT}, registry=registry)
-    async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
+    @adapter.on_event(registry, "", "v1", "pods", labels={INSTANCE_LABEL: adapter.PRESENT})
+    async def pod_event(event: adapter.RawEvent, **_: Any) -> None:
         key = instance_key(event.get("object") or {})
         if key is not None and key in rt.store.resources:
             rt.queue.add_after(key, COALESCE_SECONDS)

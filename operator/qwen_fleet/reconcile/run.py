@@ -6,8 +6,6 @@ import logging
 import os
 import sys
 
-import kopf
-
 from qwen_fleet.api import GROUP, PLURAL, VERSION
 from qwen_fleet.config import OperatorConfig
 from qwen_fleet.reconcile.kinds import batch_permissions, child_permissions
@@ -101,14 +99,10 @@ def run_operator(verbose: bool = False) -> int:
         from qwen_fleet.admission.server import start_from_config
 
         start_from_config(config)
-    from qwen_fleet.reconcile import handlers, kopf_patches
+    from qwen_fleet.reconcile import adapter, handlers
 
-    kopf_patches.apply()  # before kopf starts: start-up over many objects in linear, not quadratic, time
-    from kopf._cogs.structs.references import Insights
-
-    from qwen_fleet.reconcile.kopf_rescan import KopfHandles
-
-    registry = kopf.OperatorRegistry()
+    adapter.apply_patches()  # before kopf starts (adapter.py says what each fix is for)
+    registry = adapter.new_registry()
     runtime = handlers.Runtime(config)
     from qwen_fleet.reconcile import metrics
 
@@ -116,17 +110,10 @@ def run_operator(verbose: bool = False) -> int:
     if problem:
         print(f"qwen-fleet: {problem}", file=sys.stderr)
         return 2
-    runtime.kopf = KopfHandles(registry=registry, insights=Insights())
+    runtime.kopf = adapter.new_handles(registry)
     handlers.register(registry, runtime)
-    kopf.run(
-        registry=registry,
-        insights=runtime.kopf.insights,
-        stop_flag=runtime.stop_flag,
-        standalone=True,
-        clusterwide=not config.namespaces,
-        namespaces=list(config.namespaces),
-        liveness_endpoint=f"http://0.0.0.0:{config.liveness_port}/healthz" if config.liveness_port > 0 else None,
-    )
+    adapter.run(runtime.kopf, runtime.stop_flag, list(config.namespaces),
+                     f"http://0.0.0.0:{config.liveness_port}/healthz" if config.liveness_port > 0 else None)
     # kopf has stopped and the shutdown handler has run (handlers.py: bounded). An API thread still waiting on an
     # apiserver that has gone (a request of a cancelled reconcile) would hold the interpreter's exit for its whole
     # timeout and retries, minutes (concurrent.futures joins every worker thread at exit): nothing is left to do
