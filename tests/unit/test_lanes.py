@@ -105,7 +105,7 @@ def test_lanes_in_the_summary_and_their_wall_from_first_start_to_last_stop() -> 
     lines = summary_lines(times, wall_seconds=100.0)
     assert lines[0] == "wall 1m 40s: 1m 50s in tests (setup+call+teardown) over 2 lanes, 1.10 at a time"
     assert lines[1] == "  lane gw0        1m 30s wall,    1m 30s in tests, 1 tests"
-    assert lines[2] == "  lane gw1           20.0s wall,     20.0s in tests, 1 tests"
+    assert lines[2] == "  lane gw1         20.0s wall,     20.0s in tests, 1 tests"
     assert lines[3].startswith("  unit ")
 
 
