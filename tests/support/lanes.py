@@ -11,7 +11,7 @@ session fixture is started once per worker that asks for it. The groups keep the
 - Every module that asks for ``serving_vllm`` (the shared real engine, a minute of CPU to start) is one group.
 - Every other module is a group of its own: a module's tests stay together (module-scoped fixtures start once),
   and modules spread over the lanes. The session cluster and operator of tests/integration then start once per
-  worker that runs an integration module; they wait far more than they compute (bench/results/suite-cpu.md).
+  worker that runs an integration module (bench/results/suite-cpu.md: what lanes cost and buy).
 
 A test module may still name its own group with ``@pytest.mark.xdist_group("name")``; that wins.
 
