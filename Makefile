@@ -54,8 +54,13 @@ setup: venv ## everything the tests need; the engine venv installs (network-boun
 run: setup ## demo: local cluster with a real node, CRD, operator, a tiny CPU fleet served by vLLM and its first answer (Ctrl-C stops all)
 	$(VENV)/bin/qwen-fleet run --real-node
 
-test: setup ## the whole suite: unit, integration, contract, e2e, chaos, the real-node fleet (fails if no test ran)
-	@set -o pipefail; rc=0; QF_TEST_TIMES=$${QF_TEST_TIMES:-$(QF_CACHE)/make-test-times.json} $(VENV)/bin/pytest -p no:cacheprovider --durations=30 -m "not keda_controller and not keda_http" $(PYTEST_ARGS) tests || rc=$$?; \
+# Lanes: pytest-xdist workers, test groups from tests/support/lanes.py (one real-node cluster, one shared engine,
+# each package cluster once); TEST_LANES=0 runs the suite in one process, as before.
+TEST_LANES ?= 2
+LANE_ARGS = $(if $(filter-out 0,$(TEST_LANES)),-n $(TEST_LANES) --dist loadgroup)
+
+test: setup ## the whole suite in parallel lanes (TEST_LANES=2; 0: one process): unit, integration, contract, e2e, chaos, the real-node fleet (fails if no test ran)
+	@set -o pipefail; rc=0; QF_TEST_TIMES=$${QF_TEST_TIMES:-$(QF_CACHE)/make-test-times.json} $(VENV)/bin/pytest -p no:cacheprovider --durations=30 $(LANE_ARGS) -m "not keda_controller and not keda_http" $(PYTEST_ARGS) tests || rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: no tests ran" >&2; exit 1; fi; exit $$rc
 
 # --- pieces -------------------------------------------------------------------------------------------------

@@ -6,19 +6,23 @@ Nothing here skips for lack of a cluster: the suite builds (hack/build-binaries.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from qwen_fleet_dev import binaries
 from qwen_fleet_dev.cluster import LocalCluster
+from tests.support import lanes
 from tests.support.operator_process import OperatorProcess
 from tests.support.serving import RenderedServer, rendered_server
 from tests.support.tiny_qwen import TinyQwen, make_tiny_model
 from tests.support.vllm_server import EAGER_ENV
-from tests.support.wall_times import WallTimes
+from tests.support.wall_times import WallTimes, output_path
 
 # Test engines skip vLLM's per-start torch.compile unless their argv chooses a mode (tests/support/vllm_server.py).
 os.environ.setdefault(EAGER_ENV, "1")
@@ -30,7 +34,55 @@ BATCH_CRD_FILE = ROOT / "crds" / "qwenfleet.io_qwenbatches.yaml"
 
 def pytest_configure(config: pytest.Config) -> None:
     # After the run: wall time per area and the ten slowest modules, also as JSON (tests/support/wall_times.py).
-    config.pluginmanager.register(WallTimes(), "qwen-fleet-wall-times")
+    # Under xdist only the controller keeps it: every worker's reports reach it (pytest_runtest_logreport).
+    if not hasattr(config, "workerinput"):
+        config.pluginmanager.register(WallTimes(), "qwen-fleet-wall-times")
+
+
+LANES_SECONDS = "qwen_fleet_module_seconds"
+LANES_DIR = "qwen_fleet_lane_groups"
+
+
+def _lanes_dir(config: pytest.Config) -> Path:
+    """The controller's folder where the workers write their groups (tests/support/lanes.py); made once."""
+    directory = getattr(config, "_qwen_fleet_lanes_dir", None)
+    if directory is None:
+        directory = Path(tempfile.mkdtemp(prefix="qf-lanes-"))
+        config._qwen_fleet_lanes_dir = directory  # type: ignore[attr-defined]
+        config.add_cleanup(lambda: shutil.rmtree(directory, ignore_errors=True))
+    return directory
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist's controller, per worker: where to write its groups, and the previous run's module times, read
+    once here so that every worker orders its collection from the same figures (tests/support/lanes.py)."""
+    path = output_path(os.environ)
+    node.workerinput[LANES_SECONDS] = lanes.module_seconds(path) if path is not None else {}
+    node.workerinput[LANES_DIR] = str(_lanes_dir(node.config))
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own, which would make its LoadGroupScheduling
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    return lanes.LaneScheduling(config, log, _lanes_dir(config))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """An xdist worker under ``--dist loadgroup``: each test's lane group, longest group first."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None or not getattr(config.option, "loadgroup", False):  # a worker's dist is "no"
+        return
+    groups = []
+    for item in items:
+        named = [str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                 for m in item.iter_markers("xdist_group")]
+        groups.append(named[0] if named else
+                      lanes.group_of(lanes.module_of(item.nodeid), getattr(item, "fixturenames", ())))
+    lanes.write_groups(Path(workerinput[LANES_DIR]), str(workerinput.get("workerid", "gw")),
+                       {item.nodeid: group for item, group in zip(items, groups, strict=True)})
+    items[:] = lanes.order(items, groups, workerinput.get(LANES_SECONDS, {}))
 
 
 # The shared cluster's nodes are kwok's: their heartbeat says how much CPU kwok got, not whether a node is healthy.

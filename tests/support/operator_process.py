@@ -15,6 +15,8 @@ from typing import Any
 from qwen_fleet_dev.cluster import OPERATOR_USER, LocalCluster, free_port
 from qwen_fleet_dev.processes import _die_with_parent, wait_for
 
+LIVENESS_WAIT_S = 300
+
 
 class OperatorProcess:
     def __init__(self, cluster: LocalCluster, log: Path, env: dict[str, str] | None = None,
@@ -38,7 +40,10 @@ class OperatorProcess:
                                          stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          preexec_fn=_die_with_parent)
         if wait:
-            wait_for("operator liveness", self.healthy, 60, interval=0.3)
+            # healthy() fails at once when the process exits, so the bound is only for one that hangs alive. It
+            # was 60 s: on a machine at load 30 (2 cores, other suites beside this one) a healthy operator still
+            # importing kopf missed it, three setups of one run (issue 30). 300 s is far past any start seen.
+            wait_for("operator liveness", self.healthy, LIVENESS_WAIT_S, interval=0.3)
 
     def healthy(self) -> bool:
         if self.proc is None or self.proc.poll() is not None:

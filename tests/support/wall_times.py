@@ -5,6 +5,11 @@ A module's time is its tests' setup + call + teardown, summed. pytest times a fi
 the first test that asks for it, so a session fixture (the shared cluster, the engine) counts for the module that
 triggered it, and its teardown for the last test of the session: where the time really went.
 
+Under pytest-xdist (``make test`` runs lanes, tests/support/lanes.py) the plugin lives in the controller, which
+gets every worker's reports. Modules then run side by side, so their seconds add up to more than the wall time;
+each lane (worker) is shown too: its wall from its first test's start to its last test's end, and its seconds in
+tests. A session fixture is then started once per lane that asks for it, and charged to that lane's first module.
+
 The JSON goes to ``$QF_TEST_TIMES`` when set, else ``$QF_CACHE/last-test-times.json``
 (``~/.cache/qwen-fleet/last-test-times.json``); ``QF_TEST_TIMES=off`` writes none. ``make test`` names
 ``$QF_CACHE/make-test-times.json``, so a later partial run does not overwrite the whole suite's figures.
@@ -36,6 +41,27 @@ class Report(Protocol):
     outcome: str
 
 
+def lane_of(report: Report) -> str:
+    """The xdist worker that ran the test (``gw0``...): its controller sets ``report.node``; else ``main``."""
+    gateway = getattr(getattr(report, "node", None), "gateway", None)
+    return str(getattr(gateway, "id", None) or "main")
+
+
+@dataclass
+class LaneTime:
+    lane: str
+    seconds: float = 0.0
+    tests: int = 0
+    first_start: float | None = None
+    last_stop: float | None = None
+
+    @property
+    def wall(self) -> float:
+        if self.first_start is None or self.last_stop is None:
+            return self.seconds
+        return max(self.last_stop - self.first_start, 0.0)
+
+
 @dataclass
 class ModuleTime:
     module: str
@@ -48,6 +74,7 @@ class ModuleTime:
 @dataclass
 class Times:
     modules: dict[str, ModuleTime] = field(default_factory=dict)
+    lanes: dict[str, LaneTime] = field(default_factory=dict)
 
     def add(self, report: Report) -> None:
         module = report.nodeid.split("::", 1)[0]
@@ -57,6 +84,13 @@ class Times:
             entry.tests += 1
         if report.outcome == "failed":
             entry.failed += 1  # a failed setup or teardown counts too (an error)
+        lane = self.lanes.setdefault(lane_of(report), LaneTime(lane_of(report)))
+        lane.seconds += report.duration
+        lane.tests += report.when == "call"
+        start, stop = getattr(report, "start", None), getattr(report, "stop", None)  # epoch seconds (pytest)
+        if isinstance(start, int | float) and isinstance(stop, int | float):
+            lane.first_start = start if lane.first_start is None else min(lane.first_start, start)
+            lane.last_stop = stop if lane.last_stop is None else max(lane.last_stop, stop)
 
     def areas(self) -> dict[str, ModuleTime]:
         """Per area, in AREAS' order (then any other), the modules' times summed."""
@@ -96,8 +130,15 @@ def clock(seconds: float) -> str:
 def summary_lines(times: Times, wall_seconds: float) -> list[str]:
     areas = times.areas()
     in_tests = sum(a.seconds for a in areas.values())
-    lines = [f"wall {clock(wall_seconds)}: {clock(in_tests)} in tests (setup+call+teardown), "
-             f"{clock(max(wall_seconds - in_tests, 0.0))} collecting and between them"]
+    if len(times.lanes) > 1:
+        lines = [f"wall {clock(wall_seconds)}: {clock(in_tests)} in tests (setup+call+teardown) over "
+                 f"{len(times.lanes)} lanes, {in_tests / wall_seconds if wall_seconds else 0.0:.2f} at a time"]
+        for name, lane in sorted(times.lanes.items()):
+            lines.append(f"  lane {name:<7} {clock(lane.wall):>9} wall, {clock(lane.seconds):>9} in tests, "
+                         f"{lane.tests} tests")
+    else:
+        lines = [f"wall {clock(wall_seconds)}: {clock(in_tests)} in tests (setup+call+teardown), "
+                 f"{clock(max(wall_seconds - in_tests, 0.0))} collecting and between them"]
     for name, area in areas.items():
         share = 100 * area.seconds / in_tests if in_tests else 0.0
         failed = f", {area.failed} failed" if area.failed else ""
@@ -121,6 +162,9 @@ def as_json(times: Times, wall_seconds: float, args: Iterable[str]) -> dict[str,
         "wall_seconds": round(wall_seconds, 1),
         "areas": {name: {"seconds": round(a.seconds, 1), "tests": a.tests, "failed": a.failed}
                   for name, a in times.areas().items()},
+        "tests_seconds": round(sum(m.seconds for m in times.modules.values()), 1),
+        "lanes": {name: {"wall_seconds": round(lane.wall, 1), "seconds": round(lane.seconds, 1),
+                         "tests": lane.tests} for name, lane in sorted(times.lanes.items())},
         "slowest_modules": [row(m) for m in times.slowest()],
         "modules": [row(m) for m in sorted(times.modules.values(), key=lambda m: m.module)],
     }
