@@ -34,7 +34,7 @@ from qwen_fleet_dev.operator_image import OperatorImage
 from qwen_fleet_dev.processes import wait_for
 from qwen_fleet_dev.realnode import NODE_NAME
 from tests.e2e.conftest import _ensure_metrics_binaries
-from tests.node.pods import get
+from tests.node.pods import engine_start_phases, get
 from tests.support.operator_chart import NAMESPACE, RELEASE, SERVICE_ACCOUNT, OperatorRelease
 from tests.support.real_fleet import FleetWatch, SteadyLoad, hpa_queue_value, pod_metrics
 
@@ -56,6 +56,7 @@ def fleet_ns(real_cluster: LocalCluster, engine_image: EngineImage, fleet_operat
     try:
         apply(real_cluster, ns, [*model_volume(ns, tiny_qwen_dir), cpu_fleet(FLEET, engine_image.tag)])
         wait_for_answer(real_cluster, ns, FLEET)
+        print(f"fleet engine start-up: {engine_start_phases(real_cluster, ns, f'qwenfleet.io/inference={FLEET}')}")
         yield ns
     finally:
         real_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
