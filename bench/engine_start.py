@@ -182,7 +182,8 @@ def pod_phases(pod: dict[str, Any], timestamped_log: str, container: str = "vllm
     created = _ts(pod["metadata"]["creationTimestamp"])
     conditions = {c["type"]: c for c in status.get("conditions") or []}
     (state,) = [c for c in status.get("containerStatuses") or [] if c["name"] == container] or [{}]
-    running = (state.get("state") or {}).get("running") or {}
+    now = state.get("state") or {}
+    running = now.get("running") or now.get("terminated") or {}
     out: dict[str, float] = {}
     scheduled = _ts(conditions["PodScheduled"]["lastTransitionTime"])
     out["scheduled"] = round(scheduled - created, 2)
