@@ -206,7 +206,12 @@ def pod_phases(pod: dict[str, Any], timestamped_log: str, container: str = "vllm
     ready_at = _ts(ready["lastTransitionTime"]) - base if ready.get("status") == "True" else None
     rel = [(t - base, text) for t, text in stamped]
     engine = phases(rel, ready_at, "ready (probes)")
-    engine["api import"] = round(engine.get("api import", 0.0) - out["python start"], 2)
+    if "api import" in engine:  # run-batch (a dedicated batch) has no API server: its first milestone is the core's
+        engine["api import"] = round(engine["api import"] - out["python start"], 2)
+    else:
+        first_name = next(iter(engine), None)
+        if first_name is not None:
+            engine[first_name] = round(engine[first_name] - out["python start"], 2)
     out |= engine
     if "total" in out:
         out["total"] = round(out["total"] + out["scheduled"] + out.get("container start", 0.0), 2)
