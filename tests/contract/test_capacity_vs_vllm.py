@@ -107,6 +107,8 @@ def test_engine_kv_cache_matches_planner(
         python=vllm_python,
         log_path=tmp_path / "vllm.log",
         ready=case.ready,
+        # The served case keeps the production layout: its three processes are checked below.
+        uniproc=case.ready == "kv-cache",
     )
     with server:
         logged = server.kv_cache_tokens()

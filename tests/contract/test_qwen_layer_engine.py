@@ -50,7 +50,7 @@ def serve(spec: dict[str, Any], model_dir: Path, python: str, log: Path) -> Rend
     local = local_process(deployment, python, {"model": model_dir}, port)
     argv = _adapters_on_disk(local.argv, model_dir)
     return RenderedServer(argv, {**local.env, "VLLM_CPU_KVCACHE_SPACE": "1"}, port=port,
-                          served_model_name=NAME, python=python, log_path=log)
+                          served_model_name=NAME, python=python, log_path=log, uniproc=True)
 
 
 def _adapters_on_disk(argv: list[str], model_dir: Path) -> list[str]:

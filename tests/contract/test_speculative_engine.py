@@ -26,7 +26,7 @@ def test_ngram_speculation_drafts_and_answers(vllm_python: str, tiny_qwen_dir: P
     spec = copy.deepcopy(SPEC)
     spec["serving"] = {"speculative": {"method": "ngram", "numSpeculativeTokens": 3, "promptLookupMin": 1,
                                        "promptLookupMax": 3}}
-    server = rendered_server(vllm_python, tiny_qwen_dir, tmp_path / "vllm.log", spec)
+    server = rendered_server(vllm_python, tiny_qwen_dir, tmp_path / "vllm.log", spec, uniproc=True)
     assert '"method": "ngram"' in " ".join(server.argv())
     with server:
         # A prompt that repeats itself gives prompt lookup something to copy; greedy decoding of random weights
@@ -50,7 +50,7 @@ def test_a_draft_model_drafts_and_greedy_decoding_accepts_its_own_tokens(vllm_py
     # proposed, so every drafted token must be accepted; any other count means the draft path is broken.
     spec = copy.deepcopy(SPEC)
     spec["serving"] = {"speculative": {"method": "draft", "model": str(tiny_qwen_dir), "numSpeculativeTokens": 2}}
-    server = rendered_server(vllm_python, tiny_qwen_dir, tmp_path / "vllm.log", spec)
+    server = rendered_server(vllm_python, tiny_qwen_dir, tmp_path / "vllm.log", spec, uniproc=True)
     assert f'{{"model": "{tiny_qwen_dir}", "num_speculative_tokens": 2}}' in server.argv()
     with server:
         for _ in range(3):

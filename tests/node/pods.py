@@ -73,3 +73,22 @@ def wait_ready(cluster: LocalCluster, namespace: str, name: str, timeout: int = 
 
 def describe(cluster: LocalCluster, namespace: str, name: str) -> str:
     return cluster.kubectl("describe", "-n", namespace, "pod", name, check=False).stdout[-3000:]
+
+
+def engine_start_phases(cluster: LocalCluster, namespace: str, selector: str,
+                        container: str = "vllm") -> dict[str, dict[str, float]]:
+    """Each selected pod's engine start-up, phase by phase (bench/engine_start.py: its status and its
+    container's timestamped log), for the record: printed by the tests, never asserted."""
+    from bench.engine_start import pod_phases
+
+    pods = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json").stdout)["items"]
+    out = {}
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        log = cluster.kubectl("logs", "-n", namespace, "--timestamps", "-c", container, name, check=False).stdout
+        try:
+            out[name] = pod_phases(pod, log, container)
+        except (KeyError, ValueError) as err:  # a pod without the conditions yet: a figure less, not a failure
+            out[name] = {"unreadable": 0.0}
+            print(f"{name}: no start-up phases ({err!r})")
+    return out

@@ -48,8 +48,9 @@ class RenderedServer(VllmServer):
 
 
 def rendered_server(python: str, model_dir: Path, log_path: Path,
-                    spec: dict[str, Any] | None = None) -> RenderedServer:
+                    spec: dict[str, Any] | None = None, uniproc: bool = False) -> RenderedServer:
+    """The engine of the Deployment rendered for ``spec`` as a local process; ``uniproc``: VllmServer's."""
     port = free_port()
     local = local_process(rendered_children(spec)["Deployment"], python, {"model": model_dir}, port)
     return RenderedServer(local.argv, {**local.env, "VLLM_CPU_KVCACHE_SPACE": str(KV_SPACE_GIB)}, port=port,
-                          served_model_name=NAME, python=python, log_path=log_path)
+                          served_model_name=NAME, python=python, log_path=log_path, uniproc=uniproc)

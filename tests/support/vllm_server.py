@@ -14,6 +14,16 @@ API, metrics, KV-cache sizes, parsers, scheduling, drain) does not depend on com
 argv that names a mode (``--enforce-eager``/``--no-enforce-eager``, ``-O…``, ``--compilation-config…``,
 ``-cc.…``) keeps it, so does a pipeline-parallel argv (``with_test_compile_mode``), and the real-node
 tests run the rendered Deployment unchanged in the engine image.
+
+Each start imports python, torch and vllm three times, once per process: vLLM's CPU platform forces the
+``spawn`` start method, so the API server, the engine core and the engine core's worker (the multiprocessing
+executor) are fresh interpreters; those imports are most of a start-up (bench/results/engine-start.md). A test
+that only needs what the engine answers or logs can ask for ``uniproc=True``: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``,
+with which vLLM's CPU platform keeps the ``uni`` executor for a world size of 1, so the worker (the same
+CPUWorker and model runner, its OpenMP threads bound the same way) runs inside the engine-core process, and one
+import is saved. The API server and the engine core stay separate processes. It is not applied where the
+caller's env sets that variable, where the argv asks for more than one rank (tensor, pipeline or data parallel),
+or when ``QF_TEST_ENGINE_UNIPROC=0`` (to run such tests with the production process layout).
 """
 
 from __future__ import annotations
@@ -55,6 +65,9 @@ DEFAULT_STARTUP_TIMEOUT_S = 900.0
 # the HPA e2e still saw minutes of apiserver timeouts in full runs, and a 30 s shell loop beside it woke 40 s late.
 ENGINE_NICE = 19
 EAGER_ENV = "QF_TEST_ENGINE_EAGER"
+UNIPROC_ENV = "QF_TEST_ENGINE_UNIPROC"  # "0": ignore uniproc=True (module docstring)
+_MULTIPROC_VAR = "VLLM_ENABLE_V1_MULTIPROCESSING"
+_RANK_DESTS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
 _COMPILE_DESTS = frozenset({"enforce_eager", "optimization_level", "compilation_config"})
 # Variables of the project venv that must not leak into the engine's interpreter.
 _DROP_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTEST_CURRENT_TEST", "PYTEST_ADDOPTS")
@@ -76,6 +89,12 @@ def with_test_compile_mode(argv: Sequence[str]) -> list[str]:
         # gpu_model_runner.sync_and_gather_intermediate_tensors; seen in test_lws_group_serves).
         return out
     return [*out, "--enforce-eager"]
+
+
+def single_rank(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` (the engine's options) asks for one rank only: no tensor, pipeline or data parallelism."""
+    given = _dests(list(argv))
+    return all(int(given.get(dest, "1") or 1) == 1 for dest in _RANK_DESTS)
 
 
 def _dests(args: Sequence[str]) -> dict[str, str]:
@@ -117,6 +136,7 @@ class VllmServer:
         python: str | None = None,
         ready: str = "health",
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
+        uniproc: bool = False,
     ) -> None:
         if ready not in ("health", "kv-cache"):
             raise ValueError(f"ready must be 'health' or 'kv-cache', not {ready!r}")
@@ -129,6 +149,7 @@ class VllmServer:
         self.python = python
         self.ready = ready
         self.startup_timeout = startup_timeout
+        self.uniproc = uniproc
         self.log_path = log_path or Path(tempfile.mkdtemp(prefix="vllm-server-")) / "vllm.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.startup_seconds: float | None = None
@@ -169,6 +190,9 @@ class VllmServer:
             "VLLM_CPU_KVCACHE_SPACE": "1",
             "PYTHONUNBUFFERED": "1",
         }
+        if (self.uniproc and os.environ.get(UNIPROC_ENV) != "0" and _MULTIPROC_VAR not in self.extra_env
+                and single_rank(self.argv()[1:])):
+            env[_MULTIPROC_VAR] = "0"  # the worker inside the engine core (module docstring)
         return env | self.extra_env
 
     def start(self) -> VllmServer:
