@@ -14,6 +14,7 @@ import pytest
 
 from qwen_fleet_dev import binaries
 from qwen_fleet_dev.cluster import LocalCluster
+from tests.support.keda_prebuild import KedaPrebuild
 from tests.support.operator_process import OperatorProcess
 from tests.support.serving import RenderedServer, rendered_server
 from tests.support.tiny_qwen import TinyQwen, make_tiny_model
@@ -31,6 +32,8 @@ BATCH_CRD_FILE = ROOT / "crds" / "qwenfleet.io_qwenbatches.yaml"
 def pytest_configure(config: pytest.Config) -> None:
     # After the run: wall time per area and the ten slowest modules, also as JSON (tests/support/wall_times.py).
     config.pluginmanager.register(WallTimes(), "qwen-fleet-wall-times")
+    # KEDA's cold build in the background while the other tests run, when the run has KEDA tests (issue 30).
+    config.pluginmanager.register(KedaPrebuild(), "qwen-fleet-keda-prebuild")
 
 
 # The shared cluster's nodes are kwok's: their heartbeat says how much CPU kwok got, not whether a node is healthy.

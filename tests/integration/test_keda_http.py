@@ -33,7 +33,8 @@ from bench.scale_to_zero import (
 from qwen_fleet_dev.cluster import free_port
 from tests.support.kube import condition, events_for, get, wait_until
 
-# Outside `make test` (`make test-keda-http`): KEDA's cold build takes ~25 min on 2 cores, then the add-on's.
+# In `make test` (alone: `make test-keda-http`); KEDA and the add-on, when missing, are built in the background while
+# the earlier tests run (tests/support/keda_prebuild.py).
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm, pytest.mark.slow, pytest.mark.keda_http]
 NS = "zero-live"
 
