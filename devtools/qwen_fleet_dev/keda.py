@@ -32,6 +32,7 @@ import subprocess
 import tempfile
 import time
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,13 @@ class BackgroundBuild:
         if self.finished is None:
             self.finished = time.monotonic()
         return rc
+
+    def wait_until(self, done: Callable[[], bool], poll: float = 2.0) -> None:
+        """Block until ``done()`` (what one caller needs is built: KEDA before the add-on is) or the build ended."""
+        while self.running() and not done():
+            time.sleep(poll)
+        if not self.running():
+            self.wait()
 
     def took(self) -> float | None:
         """Seconds from its start to its end, if it ended."""

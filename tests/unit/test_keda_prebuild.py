@@ -95,3 +95,24 @@ def test_stop_ends_the_build_and_every_process_it_started(tmp_path: Path) -> Non
     while _alive(child) and time.monotonic() < gone:
         time.sleep(0.1)
     assert not _alive(child)
+
+
+def test_a_test_that_needs_one_part_goes_on_once_that_part_is_built(tmp_path: Path) -> None:
+    """wait_until returns when the caller's part is there (KEDA), while the build goes on (the add-on)."""
+    script = tmp_path / "build.sh"
+    part = tmp_path / "keda-done"
+    script.write_text(f"#!/bin/sh\nsleep 1\ntouch {part}\nsleep 600\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    build = keda.BackgroundBuild(["keda", "keda-http"], tmp_path / "bg.log", script=script)
+    try:
+        build.wait_until(part.exists, poll=0.1)
+        assert part.exists() and build.running()
+    finally:
+        build.stop()
+    # A build that ends without the part ends the wait too (the test's fixture then reports what is missing).
+    failing = tmp_path / "fail.sh"
+    failing.write_text("#!/bin/sh\nexit 3\n")
+    failing.chmod(failing.stat().st_mode | stat.S_IXUSR)
+    build = keda.BackgroundBuild(["keda"], tmp_path / "bg2.log", script=failing)
+    build.wait_until(lambda: False, poll=0.1)
+    assert not build.running() and build.proc.returncode == 3
