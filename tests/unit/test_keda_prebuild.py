@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -116,3 +118,35 @@ def test_a_test_that_needs_one_part_goes_on_once_that_part_is_built(tmp_path: Pa
     build = keda.BackgroundBuild(["keda"], tmp_path / "bg2.log", script=failing)
     build.wait_until(lambda: False, poll=0.1)
     assert not build.running() and build.proc.returncode == 3
+
+
+def test_a_keda_test_waits_for_the_background_build_outside_its_timeout(tmp_path: Path) -> None:
+    """An inner pytest session with the plugin: its one keda_controller test has a 1 s timeout and the stand-in build
+    takes longer; the test passes (the wait is not its time) and the summary says how long the build took."""
+    cache = tmp_path / "cache"
+    home = cache / "keda" / versions.KEDA
+    build = tmp_path / "build.sh"
+    # The stand-in writes what keda.missing() looks for, after a while.
+    build.write_text("#!/bin/sh\nsleep 4\n"
+                     f"mkdir -p {home}/bin {home}/crds\n"
+                     f"for b in keda keda-adapter; do touch {home}/bin/$b; chmod +x {home}/bin/$b; done\n"
+                     f"for i in 1 2 3 4 5 6; do echo '{{}}' > {home}/crds/c$i.yaml; done\n")
+    build.chmod(build.stat().st_mode | stat.S_IXUSR)
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    (inner / "pytest.ini").write_text("[pytest]\nmarkers =\n  keda_controller: x\n  keda_http: x\ntimeout = 1\n")
+    (inner / "conftest.py").write_text(
+        "from pathlib import Path\nfrom tests.support.keda_prebuild import KedaPrebuild\n\n"
+        "def pytest_configure(config):\n"
+        f"    config.pluginmanager.register(KedaPrebuild(script=Path({str(build)!r})), 'keda-prebuild')\n")
+    (inner / "test_k.py").write_text(
+        "import pytest\nfrom qwen_fleet_dev import keda\n\n@pytest.mark.keda_controller\n"
+        "def test_built():\n    assert keda.missing() == []\n")
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "QF_CACHE": str(cache), "PYTHONPATH": str(root), "QF_TEST_TIMES": "off"}
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(inner)], cwd=inner,
+                         env=env, capture_output=True, text=True, timeout=300)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    assert "1 passed" in text and "keda-prebuild: keda not in the cache" in text, text
+    assert "the background build of keda done in" in text, text
