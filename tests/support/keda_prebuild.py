@@ -66,8 +66,11 @@ class KedaPrebuild:
         if self.build is not None and needs and self.build.running():
             # A keda_controller test needs KEDA only: it goes on once that is built, while the add-on builds.
             began = time.monotonic()
-            self.build.wait_until(lambda: not keda.missing() and ("keda_http" not in needs or not keda_http.missing()))
-            self.waited += time.monotonic() - began
+            try:
+                self.build.wait_until(lambda: not keda.missing()
+                                      and ("keda_http" not in needs or not keda_http.missing()))
+            finally:  # an interrupted wait counts too
+                self.waited += time.monotonic() - began
         return (yield)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
