@@ -60,7 +60,7 @@ TEST_LANES ?= 2
 LANE_ARGS = $(if $(filter-out 0,$(TEST_LANES)),-n $(TEST_LANES) --dist loadgroup)
 
 test: setup ## the whole suite in parallel lanes (TEST_LANES=2; 0: one process): unit, integration, contract, e2e, chaos, the real-node fleet (fails if no test ran)
-	@set -o pipefail; rc=0; QF_TEST_TIMES=$${QF_TEST_TIMES:-$(QF_CACHE)/make-test-times.json} $(VENV)/bin/pytest -p no:cacheprovider --durations=30 $(LANE_ARGS) -m "not keda_controller and not keda_http" $(PYTEST_ARGS) tests || rc=$$?; \
+	@set -o pipefail; rc=0; QF_TEST_TIMES=$${QF_TEST_TIMES:-$(QF_CACHE)/make-test-times.json} $(VENV)/bin/pytest -p no:cacheprovider --durations=30 $(LANE_ARGS) $(PYTEST_ARGS) tests || rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: no tests ran" >&2; exit 1; fi; exit $$rc
 
 # --- pieces -------------------------------------------------------------------------------------------------
@@ -70,15 +70,15 @@ test-picker: setup vllm-venv ## the real endpoint picker (built first when missi
 	hack/build-binaries.sh epp
 	$(VENV)/bin/pytest -p no:cacheprovider -m real_picker tests/integration $(PYTEST_ARGS)
 
-test-keda: setup ## the real KEDA operator and metrics apiserver (built first when missing: ~25 min cold)
+test-keda: setup ## the real KEDA operator and metrics apiserver alone (built first when missing: ~25 min cold; also in make test)
 	hack/build-binaries.sh keda
 	$(VENV)/bin/pytest -p no:cacheprovider -m keda_controller tests/integration $(PYTEST_ARGS)
 
-test-keda-http: setup ## scale to zero with the real KEDA HTTP add-on and KEDA (built first when missing: KEDA ~25 min cold, then the add-on)
+test-keda-http: setup ## scale to zero with the real KEDA HTTP add-on and KEDA alone (built first when missing: KEDA ~25 min cold, then the add-on; also in make test)
 	hack/build-binaries.sh keda keda-http
 	$(VENV)/bin/pytest -p no:cacheprovider -m keda_http tests/integration $(PYTEST_ARGS)
 
-test-scale-to-zero: setup ## scale to zero on the real node: a real vLLM pod woken by held requests through the KEDA HTTP add-on (builds KEDA ~25 min cold, then the add-on)
+test-scale-to-zero: setup ## scale to zero on the real node: a real vLLM pod woken by held requests through the KEDA HTTP add-on (builds KEDA ~25 min cold, then the add-on; also in make test)
 	hack/build-binaries.sh keda keda-http
 	$(VENV)/bin/pytest -p no:cacheprovider -m keda_http tests/node $(PYTEST_ARGS)
 

@@ -255,12 +255,61 @@ build_epp() {
   rm -rf "$out"; mv "$out.tmp" "$out"; rm -rf "$mod"
 }
 
+# KEDA and its HTTP add-on are built inside a copy of their own module, not from a wrapper module: KEDA's go.mod has
+# a replace (github.com/nexus-rpc/nexus-proto-annotations v0.1.0 => a pseudo-version) and an exclude, and a
+# dependency's replace and exclude lines are ignored by Go; inside the module they apply, and its go.sum pins every
+# dependency (-mod=readonly: a go.sum that does not cover the build fails it instead of letting Go choose).
+# What keeps the cold build short (issue 30; figures in docs/benchmarks/index.md):
+# - only the commands the tests start, all of one module in one `go build` (each package compiled once, the
+#   commands' own packages in parallel, the links side by side);
+# - -trimpath and -ldflags '-s -w' as every other build here (-trimpath also makes the packages' build-cache keys
+#   independent of where the copy lies, so the next build, from another temporary copy, reuses them);
+# - nothing but `go build` (no tests, no vet, no generate);
+# - Go's own caches, shared with every other Go build of the project: GOMODCACHE (a module version is downloaded
+#   once for all builds) and GOCACHE (content-keyed by package, version, flags and toolchain, so a package that
+#   two builds use at one version is compiled once, and an interrupted build resumes from what it compiled).
+# The download (network) and the compile (CPU) are logged as two steps with their times.
+#   build_module_copy MODULE VERSION BIN_DIR LDFLAGS NAME=PACKAGE...   (PACKAGE relative to the module's root)
+build_module_copy() {
+  local module=$1 version=$2 out=$3 ld=$4; shift 4
+  local src; src=$(go mod download -json "$module@$version" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  [ -f "$src/go.mod" ] || { log "could not download $module@$version"; exit 1; }
+  local work="$out.src"  # the module's copy, inside the cache entry: a killed build leaves no stray copy in /tmp
+  rm -rf "$work" "$out.tmp"; mkdir -p "$out.tmp"
+  cp -r "$src/." "$work/"; chmod -R u+w "$work"
+  local pkgs=() names=() pair
+  for pair in "$@"; do names+=("${pair%%=*}"); pkgs+=("${pair#*=}"); done
+  log "go env: GOCACHE=$(go env GOCACHE) GOMODCACHE=$(go env GOMODCACHE) GOMAXPROCS=${GOMAXPROCS:-$(nproc)}"
+  (
+    cd "$work"
+    export GOFLAGS=-mod=readonly
+    local t0; t0=$(date +%s)
+    local mods; mods=$(go list -deps -f '{{if not .Standard}}{{with .Module}}{{.Path}}@{{.Version}}{{end}}{{end}}' "${pkgs[@]}" | sort -u | wc -l)
+    log "download: $mods modules the commands import, in $(( $(date +%s) - t0 )) s"
+    t0=$(date +%s)
+    go build -trimpath -ldflags "$ld" -o "$out.tmp/" "${pkgs[@]}"
+    log "compile and link ${pkgs[*]}: $(( $(date +%s) - t0 )) s"
+  )
+  local i
+  for i in "${!pkgs[@]}"; do mv "$out.tmp/$(basename "${pkgs[$i]}")" "$out.tmp/${names[$i]}.new"; done
+  for i in "${!pkgs[@]}"; do mv "$out.tmp/${names[$i]}.new" "$out.tmp/${names[$i]}"; done
+  rm -rf "$out"; mv "$out.tmp" "$out"; rm -rf "$work"
+}
+
+# The CRDs a module ships under config/crd/bases, copied into the cache entry (CRDS_DIR) as one rename.
+copy_module_crds() { # module version crds_dir file...
+  local module=$1 version=$2 dir=$3; shift 3
+  local src; src=$(go mod download -json "$module@$version" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  [ -f "$src/go.mod" ] || { log "could not download $module@$version"; exit 1; }
+  rm -rf "$dir.tmp"; mkdir -p "$dir.tmp"
+  for f in "$@"; do cp "$src/config/crd/bases/$f" "$dir.tmp/"; done
+  chmod -R u+w "$dir.tmp"
+  rm -rf "$dir"; mv "$dir.tmp" "$dir"
+}
+
 # KEDA's operator (keda) and metrics apiserver (keda-adapter), and all six of its CRDs (the operator starts a
-# controller for each kind, so each must be served), for autoscaling.engine keda; opt-in in the local control
-# plane (devtools/qwen_fleet_dev/keda.py). Not the wrapper-module recipe: KEDA's go.mod has a replace
-# (github.com/nexus-rpc/nexus-proto-annotations v0.1.0 => a pseudo-version) and an exclude, and a dependency's
-# replace and exclude lines are ignored by Go; built inside a copy of the module they apply, and its go.sum
-# pins every dependency. The admission webhooks binary is not built (the local control plane runs without it).
+# controller for each kind, so each must be served), for autoscaling.engine keda (devtools/qwen_fleet_dev/keda.py).
+# The admission webhooks binary (cmd/webhooks) is not built: the local control plane runs without it.
 build_keda() {
   local base="$QF_CACHE/keda/$KEDA_VERSION"
   local crds=(keda.sh_scaledobjects.yaml keda.sh_scaledjobs.yaml keda.sh_triggerauthentications.yaml
@@ -270,65 +319,35 @@ build_keda() {
   for f in "${crds[@]}"; do [ -f "$base/crds/$f" ] || have_crds=0; done
   have_all "$base/bin" keda keda-adapter && [ "$have_crds" = 1 ] && return 0
   qf_step_start "keda $KEDA_VERSION operator, metrics apiserver and CRDs" "~25 min on 2 cores" "autoscaling.engine keda"
-  local src; src=$(go mod download -json "github.com/kedacore/keda/v2@$KEDA_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
-  [ -f "$src/go.mod" ] || { log "could not download github.com/kedacore/keda/v2@$KEDA_VERSION"; exit 1; }
   if ! have_all "$base/bin" keda keda-adapter; then
-    log "building keda $KEDA_VERSION operator and metrics apiserver (cold: ~20-30 min on 2 cores)"
-    local mod; mod=$(mktemp -d "${TMPDIR:-/tmp}/qf-keda-mod.XXXXXX")
-    cp -r "$src/." "$mod/"; chmod -R u+w "$mod"
     local ld="-s -w -X github.com/kedacore/keda/v2/version.Version=$KEDA_VERSION"
     ld="$ld -X github.com/kedacore/keda/v2/version.GitCommit=module-proxy"
-    rm -rf "$base/bin.tmp"; mkdir -p "$base/bin.tmp"
-    (
-      cd "$mod"
-      go build -trimpath -ldflags "$ld" -o "$base/bin.tmp/keda" ./cmd/operator
-      go build -trimpath -ldflags "$ld" -o "$base/bin.tmp/keda-adapter" ./cmd/adapter
-    )
-    rm -rf "$base/bin"; mv "$base/bin.tmp" "$base/bin"; rm -rf "$mod"
+    build_module_copy github.com/kedacore/keda/v2 "$KEDA_VERSION" "$base/bin" "$ld" \
+      keda=./cmd/operator keda-adapter=./cmd/adapter
   fi
-  rm -rf "$base/crds.tmp"; mkdir -p "$base/crds.tmp"
-  for f in "${crds[@]}"; do cp "$src/config/crd/bases/$f" "$base/crds.tmp/"; done
-  chmod -R u+w "$base/crds.tmp"
-  rm -rf "$base/crds"; mv "$base/crds.tmp" "$base/crds"
+  copy_module_crds github.com/kedacore/keda/v2 "$KEDA_VERSION" "$base/crds" "${crds[@]}"
 }
 
 # The KEDA HTTP add-on's interceptor, external scaler and operator (keda-http-interceptor, keda-http-scaler,
 # keda-http-operator) and its two CRDs (InterceptorRoute, HTTPScaledObject: the interceptor and the scaler watch
-# both kinds, so both must be served), for autoscaling.scaleToZero; opt-in in the local control plane
-# (devtools/qwen_fleet_dev/keda_http.py). Built inside a copy of its module, as KEDA is: its go.sum then pins every
-# dependency (the wrapper-module recipe would let MVS choose). ldflags as the add-on's own (.ko.yaml: pkg/build).
+# both kinds, so both must be served), for autoscaling.scaleToZero (devtools/qwen_fleet_dev/keda_http.py). Built
+# inside a copy of its module, as KEDA is. ldflags as the add-on's own (.ko.yaml: pkg/build).
 build_keda_http() {
   local base="$QF_CACHE/keda-http/$KEDA_HTTP_ADDON_VERSION"
   local crds=(http.keda.sh_interceptorroutes.yaml http.keda.sh_httpscaledobjects.yaml)
   local cmds=(interceptor scaler operator)
-  local bins=() have_crds=1
-  for c in "${cmds[@]}"; do bins+=("keda-http-$c"); done
+  local bins=() pairs=() have_crds=1
+  for c in "${cmds[@]}"; do bins+=("keda-http-$c"); pairs+=("keda-http-$c=./$c"); done
   for f in "${crds[@]}"; do [ -f "$base/crds/$f" ] || have_crds=0; done
   have_all "$base/bin" "${bins[@]}" && [ "$have_crds" = 1 ] && return 0
-  qf_step_start "KEDA HTTP add-on $KEDA_HTTP_ADDON_VERSION: interceptor, scaler, operator" \
-    "~2.5 min with the Go build cache KEDA's build left, 10-15 min alone" "autoscaling.scaleToZero"
-  local src; src=$(go mod download -json "github.com/kedacore/http-add-on@$KEDA_HTTP_ADDON_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
-  [ -f "$src/go.mod" ] || { log "could not download github.com/kedacore/http-add-on@$KEDA_HTTP_ADDON_VERSION"; exit 1; }
+  qf_step_start "KEDA HTTP add-on $KEDA_HTTP_ADDON_VERSION: interceptor, scaler, operator" "~10-15 min on 2 cores" \
+    "autoscaling.scaleToZero"
   if ! have_all "$base/bin" "${bins[@]}"; then
-    log "building the KEDA HTTP add-on $KEDA_HTTP_ADDON_VERSION: interceptor, scaler, operator (2.3 min here with the Go build cache KEDA's build left; longer cold)"
-    local mod; mod=$(mktemp -d "${TMPDIR:-/tmp}/qf-keda-http-mod.XXXXXX")
-    cp -r "$src/." "$mod/"; chmod -R u+w "$mod"
     local ld="-s -w -X github.com/kedacore/http-add-on/pkg/build.version=$KEDA_HTTP_ADDON_VERSION"
     ld="$ld -X github.com/kedacore/http-add-on/pkg/build.gitCommit=module-proxy"
-    rm -rf "$base/bin.tmp"; mkdir -p "$base/bin.tmp"
-    (
-      cd "$mod"
-      for c in "${cmds[@]}"; do
-        log "go build ./$c"
-        go build -trimpath -ldflags "$ld" -o "$base/bin.tmp/keda-http-$c" "./$c"
-      done
-    )
-    rm -rf "$base/bin"; mv "$base/bin.tmp" "$base/bin"; rm -rf "$mod"
+    build_module_copy github.com/kedacore/http-add-on "$KEDA_HTTP_ADDON_VERSION" "$base/bin" "$ld" "${pairs[@]}"
   fi
-  rm -rf "$base/crds.tmp"; mkdir -p "$base/crds.tmp"
-  for f in "${crds[@]}"; do cp "$src/config/crd/bases/$f" "$base/crds.tmp/"; done
-  chmod -R u+w "$base/crds.tmp"
-  rm -rf "$base/crds"; mv "$base/crds.tmp" "$base/crds"
+  copy_module_crds github.com/kedacore/http-add-on "$KEDA_HTTP_ADDON_VERSION" "$base/crds" "${crds[@]}"
 }
 
 # The cache entry of each component: its lock ($QF_CACHE/.locks/<entry>.lock) is held while it builds. A new
@@ -419,8 +438,9 @@ PY
 }
 
 components=("$@")
-# keda, keda-http and epp are built only when asked (make test-keda / test-keda-http / bench-keda / test-picker, or
-# their tests' fixtures): ~25, ~10-15 and ~5-8 min cold on 2 cores, for tests outside make test.
+# keda, keda-http and epp are built only when asked (make test-keda / test-keda-http / bench-keda / test-picker, their
+# tests' fixtures, and for make test the KEDA tests' background build: tests/support/keda_prebuild.py): ~25, ~10-15
+# and ~5-8 min cold on 2 cores, so make setup does not wait for them.
 [ ${#components[@]} -gt 0 ] || components=(etcd kwok helm k8s node prometheus adapter kubeconform lws)
 for c in "${components[@]}"; do
   [ "$c" = node ] && todo=(node coredns) || todo=("$c")

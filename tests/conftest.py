@@ -18,6 +18,7 @@ import pytest
 from qwen_fleet_dev import binaries
 from qwen_fleet_dev.cluster import LocalCluster
 from tests.support import lanes
+from tests.support.keda_prebuild import KedaPrebuild
 from tests.support.operator_process import OperatorProcess
 from tests.support.serving import RenderedServer, rendered_server
 from tests.support.tiny_qwen import TinyQwen, make_tiny_model
@@ -37,6 +38,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # Under xdist only the controller keeps it: every worker's reports reach it (pytest_runtest_logreport).
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(WallTimes(), "qwen-fleet-wall-times")
+    # KEDA's cold build in the background while the other tests run, when the run has KEDA tests (issue 30); under
+    # xdist in each worker that collected them (the cache lock makes one build and the others wait).
+    config.pluginmanager.register(KedaPrebuild(), "qwen-fleet-keda-prebuild")
 
 
 LANES_SECONDS = "qwen_fleet_module_seconds"

@@ -40,8 +40,8 @@ from qwen_fleet_dev.metrics_stack import PodTarget
 from tests.support.kube import apply, condition, get, wait_until
 from tests.support.operator_process import audit_writes
 
-# Outside `make test` (`make test-keda`): KEDA's cold build takes ~25 min on 2 cores, which would push a fresh
-# machine's CI past its limit; run here on 2026-12-01 (3 passed in 150.6 s).
+# In `make test` (alone: `make test-keda`). When the cache lacks KEDA, the session builds it in the background while
+# the earlier tests run (tests/support/keda_prebuild.py) and this module waits for it.
 pytestmark = [pytest.mark.cluster, pytest.mark.keda_controller]
 NS = "keda-live"
 

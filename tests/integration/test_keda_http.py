@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,8 @@ from bench.scale_to_zero import (
 from qwen_fleet_dev.cluster import free_port
 from tests.support.kube import condition, events_for, get, wait_until
 
-# Outside `make test` (`make test-keda-http`): KEDA's cold build takes ~25 min on 2 cores, then the add-on's.
+# In `make test` (alone: `make test-keda-http`); KEDA and the add-on, when missing, are built in the background while
+# the earlier tests run (tests/support/keda_prebuild.py).
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm, pytest.mark.slow, pytest.mark.keda_http]
 NS = "zero-live"
 
@@ -123,7 +123,10 @@ def test_a_request_is_held_for_the_hold_timeout_then_answered_504(zero_env: tupl
         return route if (condition(route, "Ready") or {}).get("status") == "True" else None
 
     wait_until("the InterceptorRoute Ready", routed, 60)
-    time.sleep(3)  # the interceptor's routing table follows its watch of the route
+    # The interceptor's routing table follows its own watch of the route: its admin /queue lists a route's key once
+    # the table has taken it in (pkg/routing/table.go EnsureKey), so a request sent later is held, not refused 404.
+    add_on = env.add_on
+    wait_until("the route in the interceptor's routing table", lambda: f"zero-hold/{fleet}" in add_on.counts(), 60)
     answers: list[Answer] = []
     thread = threading.Thread(target=send, args=(env, "zero-hold", 0, answers, fleet), daemon=True)
     thread.start()

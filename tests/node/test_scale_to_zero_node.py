@@ -7,7 +7,8 @@ The oracle is what a client sees (HTTP statuses and bodies through the intercept
 held requests) and what the scheduler and the kubelet wrote on the pod, never the operator's code. Durations are
 recorded (printed, and bench/results/scale-to-zero-real-node.md), not asserted.
 
-Outside `make test` (marker keda_http: `make test-scale-to-zero`): KEDA's cold build takes ~25 min on 2 cores.
+In `make test` (marker keda_http; alone: `make test-scale-to-zero`); KEDA and the add-on, when missing, are built in the
+background while the earlier tests run (tests/support/keda_prebuild.py).
 """
 
 from __future__ import annotations
