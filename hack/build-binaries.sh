@@ -426,12 +426,14 @@ PY
 # Makefile and Dockerfile build it with CGO_ENABLED=0 (zmq through github.com/go-zeromq/zmq4, no libzmq), and its
 # tokenizer is either a regex splitter (--force-dummy-tokenizer, what we run) or a vLLM render service over HTTP, so
 # no native tokenizer library is linked. Built inside a copy of its module, as KEDA is: its go.sum pins every
-# dependency. Upstream's build sets no version ldflags.
+# dependency. Upstream's build sets no version ldflags. Cold it is heavier than its size suggests: its main package
+# links controller-runtime and client-go, modernc.org/sqlite (datasets) and, through non-test helpers, ginkgo and
+# testcontainers: 482 s user + 98 s system CPU, 61 min wall on 2 cores shared at load ~30 (2026-12-03).
 build_sim() {
   local out="$QF_CACHE/sim/$LLM_D_INFERENCE_SIM_VERSION/bin"
   have_all "$out" llm-d-inference-sim && return 0
   local pkg=github.com/llm-d/llm-d-inference-sim
-  qf_step_start "llm-d-inference-sim $LLM_D_INFERENCE_SIM_VERSION ($pkg)" "~4 min on 2 cores" \
+  qf_step_start "llm-d-inference-sim $LLM_D_INFERENCE_SIM_VERSION ($pkg)" "~10 min of CPU on 2 cores (61 min wall beside a loaded suite)" \
     "the engine simulator of the autoscaling and picker tests"
   local src; src=$(go mod download -json "$pkg@$LLM_D_INFERENCE_SIM_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
   [ -f "$src/go.mod" ] || { log "could not download $pkg@$LLM_D_INFERENCE_SIM_VERSION"; exit 1; }

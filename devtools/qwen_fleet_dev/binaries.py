@@ -128,7 +128,7 @@ def sim_binary() -> Path:
 
 
 def ensure_sim(build: bool = True) -> Path:
-    """The simulator's binary, built first when missing and ``build`` is set (~4 min cold on 2 cores). Apart from
+    """The simulator's binary, built first when missing and ``build`` is set (~10 CPU-minutes cold). Apart from
     ``ensure``, as the picker's: only the tests that run the simulator need it."""
     path = sim_binary()
     if os.access(path, os.X_OK):
