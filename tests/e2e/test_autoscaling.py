@@ -1,13 +1,22 @@
-"""Autoscaling end to end with the real HPA controller, Prometheus, prometheus-adapter and a real vLLM engine.
+"""Autoscaling end to end with the real HPA controller, Prometheus, prometheus-adapter, and the llm-d inference
+simulator as the engine.
 
 Everything in the loop is the real program: kube-apiserver with the aggregation layer, kube-controller-manager
 (HPA sync every 5 s), kwok GPU nodes, the operator as its own process, Prometheus (1 s scrapes), and
 prometheus-adapter fed exactly the rules ``helm template`` renders from the chart. The one stand-in is the
-pod: kwok pods run no containers, so one real vLLM CPU server (tiny random-weight Qwen2, ``--max-num-seqs
-4``) speaks for the fleet's oldest pod: Prometheus scrapes it with that pod's ``namespace``, ``pod`` and
-``qwenfleet_io_inference`` labels, relabelled as the operator's ServiceMonitor would. Pods the HPA adds
-have no server behind them: they export nothing, exactly like vLLM pods still loading a model, and the HPA
-counts them as missing (0 on the way up, at-target on the way down).
+pod: kwok pods run no containers, so one engine speaks for the fleet's oldest pod: Prometheus scrapes it with
+that pod's ``namespace``, ``pod`` and ``qwenfleet_io_inference`` labels, relabelled as the operator's
+ServiceMonitor would. Pods the HPA adds have no server behind them: they export nothing, exactly like vLLM pods
+still loading a model, and the HPA counts them as missing (0 on the way up, at-target on the way down).
+
+The engine is the llm-d inference simulator v0.10.2 (tests/support/sim.py), not a vLLM CPU server: what is under
+test is the autoscaler's reaction to vLLM's queue, and the simulator's queue under a burst is set by its flags
+(``--max-num-seqs 4``, a fixed time per token), where a CPU engine's depends on what the rest of a loaded 2-core
+machine leaves it (issue 30: the HPA read 0 mid-burst when the engine's API server fell behind). That its series
+have vLLM's names, types and labels is checked against the real engine by tests/contract/test_sim_contract.py;
+vLLM's own queue and metrics are the real-engine tests' (tests/contract/test_tiny_vllm.py,
+tests/contract/test_chart_metric_names.py, tests/e2e/test_dashboard_live.py, and the real node's HPA test in
+tests/node/test_real_fleet.py).
 
 GPU utilisation: there is no GPU here. ``DCGM_FI_DEV_GPU_UTIL`` comes from a small test exporter
 (prometheus-client, :class:`qwen_fleet_dev.metrics_stack.FakeDcgmExporter`) with dcgm-exporter's
@@ -21,19 +30,35 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
-from bench.autoscaling import FLEET, MAX_REPLICAS, MIN_REPLICAS, EarlyVllmServer, Sample, Scenario
+from bench.autoscaling import BURST_TOKENS, FLEET, MAX_NUM_SEQS, MAX_REPLICAS, MIN_REPLICAS, Sample, Scenario
 
 from qwen_fleet.render.metric_names import GPU_UTIL_METRIC, KV_CACHE_METRIC, QUEUE_METRIC
 from qwen_fleet_dev.cluster import LocalCluster
 from qwen_fleet_dev.metrics_stack import DCGM_LABELS, FakeDcgmExporter, MetricsStack
 from tests.support.kube import condition, get
 from tests.support.operator_process import OperatorProcess, audit_writes
+from tests.support.sim import SimServer
 
-pytestmark = [pytest.mark.cluster, pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+# The simulated engine: the scenario's maxNumSeqs, and a request of the burst's length (BURST_TOKENS) in about a
+# second, so that the queue it keeps is the clients' doing (32 in flight, 4 running, 28 waiting) and it drains within
+# seconds of the burst's end.
+SIM_TTFT_S = 0.05
+SIM_ITL_S = 1.0 / BURST_TOKENS
+
+
+@pytest.fixture(scope="module")
+def autoscaling_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimServer]:
+    server = SimServer(max_num_seqs=MAX_NUM_SEQS, max_model_len=1024, time_to_first_token=SIM_TTFT_S,
+                       inter_token_latency=SIM_ITL_S, log_path=tmp_path_factory.mktemp("sim-autoscaling") / "sim.log")
+    with server:
+        yield server
 
 
 def _changes(samples: list[Sample]) -> list[int]:
@@ -95,14 +120,13 @@ def _check_operator_left_replicas_alone(cluster: LocalCluster, namespace: str, s
 
 
 def test_hpa_scales_the_fleet_on_vllm_queue_depth_and_gpu_utilisation(
-        autoscaling_vllm: EarlyVllmServer, operator: OperatorProcess, metrics_stack: MetricsStack,
+        autoscaling_sim: SimServer, operator: OperatorProcess, metrics_stack: MetricsStack,
         dcgm_exporter: FakeDcgmExporter, namespace: str) -> None:
     cluster = metrics_stack.cluster
     rules = yaml.safe_load(metrics_stack.adapter_rules)["rules"]
     assert {r["name"]["as"] for r in rules} == {QUEUE_METRIC, KV_CACHE_METRIC, GPU_UTIL_METRIC}
     since = time.time()
-    server = autoscaling_vllm.wait_ready()
-    scenario = Scenario(cluster, namespace, vllm=server, stack=metrics_stack, dcgm=dcgm_exporter)
+    scenario = Scenario(cluster, namespace, vllm=autoscaling_sim, stack=metrics_stack, dcgm=dcgm_exporter)
     try:
         scenario.deploy()
         hpa = scenario.wait_for_metrics()
@@ -142,7 +166,6 @@ def test_hpa_scales_the_fleet_on_vllm_queue_depth_and_gpu_utilisation(
         figures = scenario.results()
         (metrics_stack.workdir / "autoscaling.json").write_text(json.dumps(figures, indent=1))
         print(json.dumps({k: v for k, v in figures.items() if k != "samples"}, indent=1))
-        autoscaling_vllm.stop()  # done with the engine; free its memory for the rest of the session
     _check_operator_left_replicas_alone(cluster, namespace, since)
     assert operator.proc is not None
     assert operator.proc.poll() is None
