@@ -37,6 +37,8 @@ from qwen_fleet.reconcile.status import (
 )
 from qwen_fleet.reconcile.store import ChildKey, Store, nccl_status
 from qwen_fleet.reconcile.workload import (
+    BACKEND_TRAFFIC_POLICY,
+    ENVOY_EXTENSION_POLICY,
     HTTP_ROUTE,
     INFERENCE_OBJECTIVE,
     INFERENCE_POOL,
@@ -125,6 +127,10 @@ class Controller:
             inference_objective=await self.kube.api_exists(INFERENCE_OBJECTIVE.api_version,
                                                            INFERENCE_OBJECTIVE.plural),
             http_route=await self.kube.api_exists(HTTP_ROUTE.api_version, HTTP_ROUTE.plural),
+            envoy_gateway=(await self.kube.api_exists(ENVOY_EXTENSION_POLICY.api_version,
+                                                      ENVOY_EXTENSION_POLICY.plural)
+                           and await self.kube.api_exists(BACKEND_TRAFFIC_POLICY.api_version,
+                                                          BACKEND_TRAFFIC_POLICY.plural)),
         )
 
     async def reconcile(self, key: Key) -> Result | None:
