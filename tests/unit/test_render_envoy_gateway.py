@@ -9,6 +9,7 @@ the real apiserver with Envoy Gateway's CRDs accepts them: tests/integration/tes
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import pytest
@@ -104,8 +105,8 @@ def test_fail_close_is_the_default_behind_envoy_gateway_and_fail_open_elsewhere(
 
 
 def test_fail_open_behind_envoy_gateway_is_refused_naming_the_fix() -> None:
-    with pytest.raises(ValidationError, match="remove failureMode .FailClose is the default there. or set it to "
-                                              "FailClose"):
+    with pytest.raises(ValidationError, match=re.escape("remove failureMode (FailClose is the default there) or "
+                                                        "set it to FailClose")):
         _cr({"routing": {"gateway": EG["gateway"], "endpointPicker": {"failureMode": "FailOpen"}}})
 
 

@@ -26,8 +26,9 @@ HEADER_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # routing.gateway.implementation: what the Gateway's class is. A gateway that implements the Inference
 # Extension takes the InferencePool as a backendRef; Envoy Gateway (v1.7.0) does not know that kind, so the
 # operator renders its own policies that make Envoy ask the picker and honour its choice (docs/gateway.md).
-INFERENCE_POOL_GATEWAY = "InferencePool"
-ENVOY_GATEWAY = "EnvoyGateway"
+GatewayImplementation = Literal["InferencePool", "EnvoyGateway"]
+INFERENCE_POOL_GATEWAY: GatewayImplementation = "InferencePool"
+ENVOY_GATEWAY: GatewayImplementation = "EnvoyGateway"
 
 
 def vllm_priority(objective_priority: int) -> int:
@@ -53,7 +54,7 @@ class GatewayRef(ApiModel):
                                  description="HTTPRoute rules.timeouts.request: how long the gateway waits for a "
                                  "whole response (a long generation streams for minutes; gateways default to "
                                  "as little as 15 s).")
-    implementation: Literal["InferencePool", "EnvoyGateway"] = Field(
+    implementation: GatewayImplementation = Field(
         default=INFERENCE_POOL_GATEWAY, description="What implements the Gateway's class. InferencePool: a "
         "gateway conformant to the Inference Extension (the route's backendRef is the InferencePool, the gateway "
         "calls the picker itself). EnvoyGateway: Envoy Gateway (v1.7.0), which has no InferencePool backend: the "
