@@ -61,6 +61,12 @@ class GatewayRef(ApiModel):
         "route's backend is the fleet's Service, an EnvoyExtensionPolicy sends each request to the picker "
         "(ext_proc) and a BackendTrafficPolicy makes Envoy send it to the replica the picker named "
         "(x-gateway-destination-endpoint), retrying the picker's fallbacks on a connect failure or reset.")
+    route_by_model: bool = Field(default=False, description="Many fleets behind one Gateway, chosen by the "
+                                 "request's model: the route matches only requests whose X-Gateway-Model-Name "
+                                 "header is the fleet's served model name or one of serving.adapters' names. The "
+                                 "Inference Extension's Body-Based Router, attached to the Gateway, writes that "
+                                 "header from the body's model field (docs/gateway.md). Two fleets may not claim "
+                                 "one name on one Gateway: the later one is Stalled, naming the first.")
 
 
 class Scorers(ApiModel, rules=[Rule(

@@ -62,6 +62,14 @@ DESTINATION_HEADER = "x-gateway-destination-endpoint"
 # What Envoy retries on behind Envoy Gateway: the replica the picker named refused the connection or reset it
 # (a replica that has just died or is draining); override_host takes the next endpoint of the header then.
 RETRY_TRIGGERS = ("connect-failure", "reset")
+# routing.gateway.routeByModel: the header the Body-Based Router writes the body's model into
+# (pkg/bbr/plugins/bodyfieldtoheader ModelHeader, v1.5.0). Gateway API matches header names case-insensitively.
+MODEL_HEADER = "X-Gateway-Model-Name"
+
+
+def model_names(cr: QwenInference) -> list[str]:
+    """The names a client reaches this fleet by: the served model name, then each LoRA adapter's."""
+    return [cr.spec.model.served_model_name or cr.name, *(a.name for a in cr.spec.serving.adapters)]
 
 
 @dataclass(frozen=True)
@@ -342,6 +350,9 @@ def _route_rule(cr: QwenInference, target: Target) -> dict[str, Any]:
         matches = [{**every_path, "headers": [header]}]
         if target.pool == default_pool(cr):
             matches.append(every_path)
+    if routing.gateway.route_by_model:  # each match once per model name (matches are ORed, headers ANDed)
+        matches = [{**m, "headers": [*m.get("headers", []), {"type": "Exact", "name": MODEL_HEADER, "value": name}]}
+                   for m in matches for name in model_names(cr)]
     if on_envoy_gateway(routing):
         # Envoy Gateway: the fleet's Service, whose endpoints are the pods the picker names (the fleet's
         # Service selects every pool's pods; the picker of a pool names only its own). A pool's rule is named
