@@ -11,6 +11,7 @@ yet (docs/gateway.md).
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.error
 import urllib.request
@@ -145,9 +146,9 @@ def test_the_operators_envoy_gateway_policies_are_accepted_and_fail_closed_while
     """What the operator renders for routing.gateway.implementation EnvoyGateway (the HTTPRoute to the fleet's
     Service, the EnvoyExtensionPolicy to the picker, the BackendTrafficPolicy), applied as rendered but without the
     owner reference (no QwenInference in this namespace) beside a busybox "gamma" on the fleet's Service name.
-    Envoy Gateway's controller accepts both policies; with the picker's Service selecting no pod, Envoy fails the
-    request closed (the ext_proc filter is on and cannot reach the picker); the extension policy removed, the same
-    request reaches the backend, so the failure was the picker's policy and not the route."""
+    Envoy Gateway's controller accepts the traffic policy; with the picker's Service selecting no pod it refuses the
+    extension policy naming why and fails the route closed (a 500); the extension policy removed, the same request
+    reaches the backend, so the failure was the picker's policy and not the route."""
     from qwen_fleet.api import QwenInference
     from qwen_fleet.config import OperatorConfig
     from qwen_fleet.plan import make_plan
@@ -169,9 +170,14 @@ def test_the_operators_envoy_gateway_policies_are_accepted_and_fail_closed_while
         child["metadata"].pop("ownerReferences")
         apply(real_cluster, ns, child)
     wait_ready(real_cluster, ns, "gamma")
-    for kind, name in [("EnvoyExtensionPolicy", "gamma-epp"), ("BackendTrafficPolicy", "gamma")]:
-        envoy_gateway.wait_for(f"{kind}/{name} Accepted", lambda k=kind, n=name: _policy_accepted(
-            envoy_gateway, k, n, ns), timeout=90)
+    envoy_gateway.wait_for("BackendTrafficPolicy/gamma Accepted", lambda: _policy_accepted(
+        envoy_gateway, "BackendTrafficPolicy", "gamma", ns), timeout=90)
+    # With no ready picker endpoint Envoy Gateway does not accept the extension policy: it names the cause and
+    # answers the route with a 500 of its own (seen in the first run's controller log: "setting 500 direct response
+    # in routes due to errors in EnvoyExtensionPolicy ... no ready endpoints for the related Service").
+    envoy_gateway.wait_for("EnvoyExtensionPolicy/gamma-epp naming the missing picker", lambda: "no ready endpoints" in
+                           json.dumps(envoy_gateway.get("EnvoyExtensionPolicy", "gamma-epp", ns).get("status")),
+                           timeout=90)
 
     headers = {"X-Gateway-Model-Name": "gamma"}  # what the Body-Based Router writes from the body's model
     # Until the proxy has the route and the filter (xDS push) the answer may be 404 or the page; then 5xx.
