@@ -2,7 +2,7 @@
 # Build the real control-plane binaries from the Go module proxy, pinned, cached outside the repository.
 #
 #   hack/build-binaries.sh [component...]    components: k8s node (kubelet, kube-proxy, coredns) etcd kwok helm prometheus adapter
-#                                            kubeconform lws epp keda keda-http
+#                                            kubeconform lws epp bbr keda keda-http
 #                                            envoy-gateway envoy (the real gateway; built only when asked)
 #                                            sim (the llm-d inference simulator; built only when asked)
 #                                            (default: all but epp, keda and keda-http)
@@ -308,6 +308,29 @@ copy_module_crds() { # module version crds_dir file...
   rm -rf "$dir"; mv "$dir.tmp" "$dir"
 }
 
+# The Inference Extension's Body-Based Router (cmd/bbr, same module and version as the picker): an ext_proc server
+# that copies the request body's `model` into the X-Gateway-Model-Name header, so that an HTTPRoute can match the
+# model (docs/gateway.md, routing by model). Same recipe and ldflags as build_epp.
+build_bbr() {
+  local out="$QF_CACHE/bbr/$GATEWAY_API_INFERENCE_EXTENSION_VERSION/bin"
+  have_all "$out" bbr && return 0
+  qf_step_start "bbr $GATEWAY_API_INFERENCE_EXTENSION_VERSION (gateway-api-inference-extension/cmd/bbr)" "~5-8 min on 2 cores" \
+    "the body-based router: routing by the request's model behind one gateway"
+  local mod; mod=$(mktemp -d "${TMPDIR:-/tmp}/qf-bbr-mod.XXXXXX")
+  local pkg=sigs.k8s.io/gateway-api-inference-extension
+  (
+    cd "$mod"
+    go mod init qwen-fleet.local/bbrbin >/dev/null 2>&1
+    go mod edit -require="$pkg@$GATEWAY_API_INFERENCE_EXTENSION_VERSION"
+    printf '//go:build tools\n\npackage tools\n\nimport _ "%s/cmd/bbr"\n' "$pkg" > tools.go
+    go mod tidy
+    rm -rf "$out.tmp"; mkdir -p "$out.tmp"
+    local ld="-s -w -X $pkg/version.CommitSHA=module-proxy -X $pkg/version.BuildRef=$GATEWAY_API_INFERENCE_EXTENSION_VERSION"
+    go build -trimpath -ldflags "$ld" -o "$out.tmp/bbr" "$pkg/cmd/bbr"
+  )
+  rm -rf "$out"; mv "$out.tmp" "$out"; rm -rf "$mod"
+}
+
 # KEDA's operator (keda) and metrics apiserver (keda-adapter), and all six of its CRDs (the operator starts a
 # controller for each kind, so each must be served), for autoscaling.engine keda (devtools/qwen_fleet_dev/keda.py).
 # The admission webhooks binary (cmd/webhooks) is not built: the local control plane runs without it.
@@ -366,6 +389,7 @@ component_entry() {
     kubeconform) echo "kubeconform/$KUBECONFORM_VERSION" ;;
     lws) echo "lws/$LWS_VERSION" ;;
     epp) echo "epp/$GATEWAY_API_INFERENCE_EXTENSION_VERSION" ;;
+    bbr) echo "bbr/$GATEWAY_API_INFERENCE_EXTENSION_VERSION" ;;
     keda) echo "keda/$KEDA_VERSION" ;;
     keda-http) echo "keda-http/$KEDA_HTTP_ADDON_VERSION" ;;
     envoy-gateway) echo "envoy-gateway/$ENVOY_GATEWAY_VERSION" ;;

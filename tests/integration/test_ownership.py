@@ -26,6 +26,7 @@ from qwen_fleet.config import OperatorConfig
 from qwen_fleet.plan import make_plan
 from qwen_fleet.reconcile.kinds import CHILD_KINDS
 from qwen_fleet.render import Capabilities, render_children
+from qwen_fleet_dev import binaries
 from qwen_fleet_dev.cluster import LocalCluster
 from tests.support.kube import apply, condition, events_for, get, reconciled, wait_fleet, wait_until
 from tests.support.operator_process import OperatorProcess, audit_writes
@@ -51,6 +52,9 @@ FLEETS: dict[str, dict[str, Any]] = {
                              "scaleToZero": {"hosts": ["zero.example.com"]}}},
     # LeaderWorkerSet.
     "multi": {"model": {"name": MODEL}, "gpu": {"product": H100}, "parallelism": {"pipeline": 2, "nodes": 2}},
+    # Envoy Gateway's EnvoyExtensionPolicy and BackendTrafficPolicy (routing.gateway.implementation EnvoyGateway).
+    "envoy": {"model": {"name": MODEL}, "engine": {"maxModelLen": 4096}, "gpu": {"product": "NVIDIA-A10G"},
+              "routing": {"gateway": {"name": "inference-gateway", "implementation": "EnvoyGateway"}}},
 }
 # What each fleet makes once the names are free: everything, but a prefetch holds the rest until its Job succeeded
 # (no volume binds the claim here).
@@ -131,6 +135,11 @@ def _ours(obj: dict[str, Any] | None, fleet: str) -> bool:
 def third_party_apis(cluster: LocalCluster) -> Iterator[None]:
     """Every CRD of an optional child kind; those this module installed are removed after it."""
     wanted = {crd_name(p): p for p in third_party_crds() if not crd_name(p).endswith("cert-manager.io")}
+    # Envoy Gateway's policy kinds, from its chart (the module cache): routing.gateway.implementation EnvoyGateway.
+    eg_crds = binaries.ensure_gateway().chart / "crds" / "generated"
+    for plural in ("envoyextensionpolicies", "backendtrafficpolicies"):
+        path = eg_crds / f"gateway.envoyproxy.io_{plural}.yaml"
+        wanted[crd_name(path)] = path
     installed = [name for name in wanted if cluster.kubectl("get", "crd", name, check=False).returncode != 0]
     for name in installed:
         cluster.install_crd(wanted[name], name=name)

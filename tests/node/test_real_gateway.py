@@ -11,6 +11,7 @@ yet (docs/gateway.md).
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.error
 import urllib.request
@@ -132,3 +133,64 @@ def test_a_model_no_route_names_is_404_from_the_gateway(routed: str) -> None:
     assert status == 404, (status, body)
     status, body, _ = _get(f"{routed}/index.html", {})
     assert status == 404, (status, body)
+
+
+def _policy_accepted(envoy_gateway: EnvoyGateway, kind: str, name: str, ns: str) -> bool:
+    status = envoy_gateway.get(kind, name, ns).get("status") or {}
+    conditions = [c for a in status.get("ancestors") or [] for c in a.get("conditions") or []]
+    return any(c.get("type") == "Accepted" and c.get("status") == "True" for c in conditions)
+
+
+def test_the_operators_envoy_gateway_policies_are_accepted_and_fail_closed_while_the_picker_is_down(
+        real_cluster: LocalCluster, envoy_gateway: EnvoyGateway, ns: str, routed: str) -> None:
+    """What the operator renders for routing.gateway.implementation EnvoyGateway (the HTTPRoute to the fleet's
+    Service, the EnvoyExtensionPolicy to the picker, the BackendTrafficPolicy), applied as rendered but without the
+    owner reference (no QwenInference in this namespace) beside a busybox "gamma" on the fleet's Service name.
+    Envoy Gateway's controller accepts the traffic policy; with the picker's Service selecting no pod it refuses the
+    extension policy naming why and fails the route closed (a 500); the extension policy removed, the same request
+    reaches the backend, so the failure was the picker's policy and not the route."""
+    from qwen_fleet.api import QwenInference
+    from qwen_fleet.config import OperatorConfig
+    from qwen_fleet.plan import make_plan
+    from qwen_fleet.render import ALL_CAPABILITIES, render_children
+
+    cr = QwenInference.model_validate({"metadata": {"name": "gamma", "namespace": ns, "uid": "none"}, "spec": {
+        "model": {"name": "Qwen/Qwen3-4B-Instruct-2507"}, "gpu": {"product": "NVIDIA-A10G"},
+        "service": {"port": 8080},
+        "routing": {"gateway": {"name": "front", "sectionName": "http", "implementation": "EnvoyGateway",
+                                "routeByModel": True}}}})
+    wanted = {("Service", "gamma-epp"), ("HTTPRoute", "gamma"), ("EnvoyExtensionPolicy", "gamma-epp"),
+              ("BackendTrafficPolicy", "gamma")}
+    rendered = [c for c in render_children(cr, make_plan(cr, OperatorConfig()), ALL_CAPABILITIES)
+                if (c["kind"], c["metadata"]["name"]) in wanted]
+    assert len(rendered) == len(wanted)
+    apply(real_cluster, ns, web_pod("gamma"))
+    apply(real_cluster, ns, _service("gamma"))
+    for child in rendered:
+        child["metadata"].pop("ownerReferences")
+        apply(real_cluster, ns, child)
+    wait_ready(real_cluster, ns, "gamma")
+    envoy_gateway.wait_for("BackendTrafficPolicy/gamma Accepted", lambda: _policy_accepted(
+        envoy_gateway, "BackendTrafficPolicy", "gamma", ns), timeout=90)
+    # With no ready picker endpoint Envoy Gateway does not accept the extension policy: it names the cause and
+    # answers the route with a 500 of its own (seen in the first run's controller log: "setting 500 direct response
+    # in routes due to errors in EnvoyExtensionPolicy ... no ready endpoints for the related Service").
+    envoy_gateway.wait_for("EnvoyExtensionPolicy/gamma-epp naming the missing picker", lambda: "no ready endpoints" in
+                           json.dumps(envoy_gateway.get("EnvoyExtensionPolicy", "gamma-epp", ns).get("status")),
+                           timeout=90)
+
+    headers = {"X-Gateway-Model-Name": "gamma"}  # what the Body-Based Router writes from the body's model
+    # Until the proxy has the route and the filter (xDS push) the answer may be 404 or the page; then 5xx.
+    deadline = time.monotonic() + 90
+    status, body = 0, ""
+    while time.monotonic() < deadline and status < 500:
+        status, body, _ = _get(f"{routed}/index.html", headers)
+        time.sleep(1)
+    assert status >= 500 and "hello from gamma" not in body, (status, body)
+    print(f"picker down, FailClose: {status} {body[:80]!r}")
+    # The other fleets' routes are untouched by gamma's policies.
+    assert _get(f"{routed}/index.html", {MODEL_HEADER: "alpha"})[:2] == (200, "hello from alpha\n")
+
+    real_cluster.kubectl("delete", "envoyextensionpolicy", "gamma-epp", "-n", ns)
+    status, body, _ = _eventually(f"{routed}/index.html", headers, 200, timeout=90)
+    assert (status, body) == (200, "hello from gamma\n"), (status, body)

@@ -23,6 +23,12 @@ MAX_CLASS_PRIORITY = 1_000_000
 # names in lower case; Gateway API matches them case-insensitively); not one the Inference Extension reads.
 POOL_HEADER = "x-qwen-pool"
 HEADER_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# routing.gateway.implementation: what the Gateway's class is. A gateway that implements the Inference
+# Extension takes the InferencePool as a backendRef; Envoy Gateway (v1.7.0) does not know that kind, so the
+# operator renders its own policies that make Envoy ask the picker and honour its choice (docs/gateway.md).
+GatewayImplementation = Literal["InferencePool", "EnvoyGateway"]
+INFERENCE_POOL_GATEWAY: GatewayImplementation = "InferencePool"
+ENVOY_GATEWAY: GatewayImplementation = "EnvoyGateway"
 
 
 def vllm_priority(objective_priority: int) -> int:
@@ -48,6 +54,19 @@ class GatewayRef(ApiModel):
                                  description="HTTPRoute rules.timeouts.request: how long the gateway waits for a "
                                  "whole response (a long generation streams for minutes; gateways default to "
                                  "as little as 15 s).")
+    implementation: GatewayImplementation = Field(
+        default=INFERENCE_POOL_GATEWAY, description="What implements the Gateway's class. InferencePool: a "
+        "gateway conformant to the Inference Extension (the route's backendRef is the InferencePool, the gateway "
+        "calls the picker itself). EnvoyGateway: Envoy Gateway (v1.7.0), which has no InferencePool backend: the "
+        "route's backend is the fleet's Service, an EnvoyExtensionPolicy sends each request to the picker "
+        "(ext_proc) and a BackendTrafficPolicy makes Envoy send it to the replica the picker named "
+        "(x-gateway-destination-endpoint), retrying the picker's fallbacks on a connect failure or reset.")
+    route_by_model: bool = Field(default=False, description="Many fleets behind one Gateway, chosen by the "
+                                 "request's model: the route matches only requests whose X-Gateway-Model-Name "
+                                 "header is the fleet's served model name or one of serving.adapters' names. The "
+                                 "Inference Extension's Body-Based Router, attached to the Gateway, writes that "
+                                 "header from the body's model field (docs/gateway.md). Two fleets may not claim "
+                                 "one name on one Gateway: the later one is Stalled, naming the first.")
 
 
 class Scorers(ApiModel, rules=[Rule(
@@ -75,10 +94,11 @@ class EndpointPicker(ApiModel):
                        f"{versions.GATEWAY_API_INFERENCE_EXTENSION}", max_length=512, pattern=IMAGE,
                        description="The EPP image. Default: upstream's v1.5.0 build (cmd/epp). The llm-d "
                        "router's endpoint picker takes the same flags and config file.")
-    failure_mode: Literal["FailOpen", "FailClose"] = Field(default="FailOpen", description="What the gateway "
-                                                           "does while the picker does not answer: FailOpen "
-                                                           "sends the request to a replica of its own choosing "
-                                                           "(the fleet keeps serving), FailClose refuses it.")
+    failure_mode: Literal["FailOpen", "FailClose"] | None = Field(
+        default=None, description="What the gateway does while the picker does not answer: FailOpen sends the "
+        "request to a replica of its own choosing (the fleet keeps serving), FailClose refuses it (a 5xx). "
+        "Default: FailOpen, but FailClose behind Envoy Gateway (routing.gateway.implementation EnvoyGateway), "
+        "which cannot fail open with the picker's full-duplex body mode.")
     cpu: Quantity = Field(default="1", description="CPU request of the picker (no limit: it bursts).")
     memory: Quantity = Field(default="1Gi", description="Memory request and limit of the picker.")
 
@@ -95,6 +115,17 @@ class PriorityClass(ApiModel):
                           "requests without a class are 0 to both.")
 
 
+def on_envoy_gateway(r: RoutingSpec) -> bool:
+    return r.gateway is not None and r.gateway.implementation == ENVOY_GATEWAY
+
+
+def failure_mode(r: RoutingSpec) -> str:
+    """routing.endpointPicker.failureMode, or the default of the gateway it is behind."""
+    if r.endpoint_picker.failure_mode is not None:
+        return r.endpoint_picker.failure_mode
+    return "FailClose" if on_envoy_gateway(r) else "FailOpen"
+
+
 class RoutingSpec(ApiModel, rules=[Rule(
     cel="!has(self.priorityClasses) || "
         "self.priorityClasses.all(a, self.priorityClasses.exists_one(b, b.name == a.name))",
@@ -105,6 +136,14 @@ class RoutingSpec(ApiModel, rules=[Rule(
     check=lambda r: not r.pool_header.startswith("x-gateway-"),
     message="routing.poolHeader must not start with x-gateway-: the Inference Extension reads and writes those "
             "headers (x-gateway-inference-objective, x-gateway-destination-endpoint)",
+), Rule(
+    cel="!has(self.gateway) || !has(self.gateway.implementation) || self.gateway.implementation != 'EnvoyGateway' "
+        "|| !has(self.endpointPicker) || !has(self.endpointPicker.failureMode) "
+        "|| self.endpointPicker.failureMode != 'FailOpen'",
+    check=lambda r: not (on_envoy_gateway(r) and r.endpoint_picker.failure_mode == "FailOpen"),
+    message="routing.endpointPicker.failureMode FailOpen cannot be had behind Envoy Gateway: the picker needs "
+            "Envoy's full-duplex body mode, with which Envoy Gateway v1.7.0 refuses failOpen (its ExtProc rule); "
+            "remove failureMode (FailClose is the default there) or set it to FailClose",
 )]):
     """Inference-aware routing through the Gateway API Inference Extension (v1.5.0)."""
 

@@ -185,5 +185,7 @@ def _routing_kinds(spec: QwenInferenceSpec) -> tuple[str, ...]:
     routing = spec.routing
     if routing is None:
         return ()
+    envoy_gateway = routing.gateway is not None and routing.gateway.implementation == "EnvoyGateway"
     return ("InferencePool", *(("InferenceObjective",) if routing.priority_classes else ()),
-            *(("HTTPRoute",) if routing.gateway is not None else ()))
+            *(("HTTPRoute",) if routing.gateway is not None else ()),
+            *(("EnvoyExtensionPolicy", "BackendTrafficPolicy") if envoy_gateway else ()))

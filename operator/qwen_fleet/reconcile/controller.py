@@ -37,6 +37,8 @@ from qwen_fleet.reconcile.status import (
 )
 from qwen_fleet.reconcile.store import ChildKey, Store, nccl_status
 from qwen_fleet.reconcile.workload import (
+    BACKEND_TRAFFIC_POLICY,
+    ENVOY_EXTENSION_POLICY,
     HTTP_ROUTE,
     INFERENCE_OBJECTIVE,
     INFERENCE_POOL,
@@ -50,6 +52,8 @@ from qwen_fleet.reconcile.workload import (
 )
 from qwen_fleet.render import Capabilities, render_children
 from qwen_fleet.render.common import selector_string
+from qwen_fleet.render.model_claims import REASON as CLAIM_REASON
+from qwen_fleet.render.model_claims import claim_conflict
 from qwen_fleet.render.routing import default_pool, pool_name
 from qwen_fleet.render.scale_to_zero import client_endpoint
 
@@ -125,6 +129,10 @@ class Controller:
             inference_objective=await self.kube.api_exists(INFERENCE_OBJECTIVE.api_version,
                                                            INFERENCE_OBJECTIVE.plural),
             http_route=await self.kube.api_exists(HTTP_ROUTE.api_version, HTTP_ROUTE.plural),
+            envoy_gateway=(await self.kube.api_exists(ENVOY_EXTENSION_POLICY.api_version,
+                                                      ENVOY_EXTENSION_POLICY.plural)
+                           and await self.kube.api_exists(BACKEND_TRAFFIC_POLICY.api_version,
+                                                          BACKEND_TRAFFIC_POLICY.plural)),
         )
 
     async def reconcile(self, key: Key) -> Result | None:
@@ -148,7 +156,8 @@ class Controller:
             if plan.problems:
                 outcome = Outcome.stalled(plan.problems[0].reason, " ".join(p.message for p in plan.problems))
             else:
-                outcome = missing_capability(plan, self.capabilities) or Outcome.applied()
+                outcome = (missing_capability(plan, self.capabilities) or self._claimed(cr)
+                           or await self._gateway_missing(cr) or Outcome.applied())
         result = Result(outcome)
         observed = self.store.children(key)
         refused = self.refused.get(key)
@@ -180,6 +189,37 @@ class Controller:
         if result.outcome.kind == "retrying":
             raise RetryLater(result.outcome.message)
         return result
+
+    def _claimed(self, cr: QwenInference) -> Outcome | None:
+        """routing.gateway.routeByModel: Stalled when another fleet claimed one of its model names on its Gateway
+        first (render/model_claims.py)."""
+        message = claim_conflict(cr, self.store.resources.values())
+        return Outcome.stalled(CLAIM_REASON, message) if message is not None else None
+
+    async def _gateway_missing(self, cr: QwenInference) -> Outcome | None:
+        """routing.gateway naming a Gateway that does not exist: Stalled with the fix (nothing applied). A route
+        to it would only sit unattached, and the fleet would look routed while no request can reach it."""
+        gateway = cr.spec.routing.gateway if cr.spec.routing is not None else None
+        if gateway is None:
+            return None
+        namespace = gateway.namespace or cr.namespace
+        try:
+            found = await self.kube.find("gateway.networking.k8s.io/v1", "Gateway", namespace, gateway.name)
+        except KubeError as err:
+            # 404: this cluster serves no Gateway kind (the route is for a gateway that reads HTTPRoutes from
+            # here but lives elsewhere); 403: an operator confined to its namespaces may not read that one. Both
+            # leave the check out rather than refuse a spec that can work.
+            if err.status in (403, 404):
+                return None
+            return Outcome.retrying(f"looking up Gateway {namespace}/{gateway.name}: {err.status} {err.reason}")
+        if found is not None:
+            return None
+        return Outcome.stalled(
+            "GatewayNotFound",
+            f"routing.gateway names Gateway {namespace}/{gateway.name}, which does not exist: create it (of a "
+            "GatewayClass whose controller runs in this cluster, e.g. Envoy Gateway's: docs/gateway.md), or correct "
+            "routing.gateway.name and namespace. Nothing of this spec was applied; the operator retries on its next "
+            "resync.")
 
     async def _changes(self, key: Key, desired: list[dict[str, Any]] | None, observed: dict[ChildKey, dict[str, Any]],
                        held: bool) -> ChangeSet:

@@ -33,7 +33,15 @@ from qwen_fleet.reconcile.kube import KubeClient
 from qwen_fleet.reconcile.leader import LeaderElector, LeaseTimings
 from qwen_fleet.reconcile.queue import Key, WorkQueue
 from qwen_fleet.reconcile.store import Store, compact_child, instance_key, owner_key, pod_summary
-from qwen_fleet.reconcile.workload import HTTP_ROUTE, INFERENCE_OBJECTIVE, INFERENCE_POOL, KEDA, KEDA_HTTP, LWS
+from qwen_fleet.reconcile.workload import (
+    ENVOY_EXTENSION_POLICY,
+    HTTP_ROUTE,
+    INFERENCE_OBJECTIVE,
+    INFERENCE_POOL,
+    KEDA,
+    KEDA_HTTP,
+    LWS,
+)
 from qwen_fleet.render import Capabilities
 from qwen_fleet.render.common import INSTANCE_LABEL, MANAGED_BY_LABEL
 
@@ -74,7 +82,7 @@ def optional_groups(caps: Capabilities) -> set[str]:
     if caps.keda_http:
         groups.add(KEDA_HTTP.group)
     for served, kind in ((caps.inference_pool, INFERENCE_POOL), (caps.inference_objective, INFERENCE_OBJECTIVE),
-                         (caps.http_route, HTTP_ROUTE)):
+                         (caps.http_route, HTTP_ROUTE), (caps.envoy_gateway, ENVOY_EXTENSION_POLICY)):
         if served:
             groups.add(kind.group)
     return groups

@@ -72,6 +72,11 @@ CHILD_KINDS: tuple[ChildKind, ...] = (
     ChildKind("InferenceObjective", "inference.networking.x-k8s.io", "v1alpha2", "inferenceobjectives",
               prunable=True, optional=True),
     ChildKind("HTTPRoute", "gateway.networking.k8s.io", "v1", "httproutes", prunable=True, optional=True),
+    # routing.gateway.implementation EnvoyGateway: Envoy Gateway's policies on the fleet's route.
+    ChildKind("EnvoyExtensionPolicy", "gateway.envoyproxy.io", "v1alpha1", "envoyextensionpolicies",
+              prunable=True, optional=True),
+    ChildKind("BackendTrafficPolicy", "gateway.envoyproxy.io", "v1alpha1", "backendtrafficpolicies",
+              prunable=True, optional=True),
 )
 CHILD_KIND = {k.kind: k for k in CHILD_KINDS}
 

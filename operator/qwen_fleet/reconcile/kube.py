@@ -35,6 +35,7 @@ PLURALS: dict[tuple[str, str], str] = {
     **{(child.api_version, child.kind): child.plural for child in CHILD_KINDS + BATCH_CHILD_KINDS},
     ("v1", "Event"): "events",
     ("v1", "Pod"): "pods",
+    ("gateway.networking.k8s.io/v1", "Gateway"): "gateways",  # routing.gateway: looked up, never written
     (API_VERSION, KIND): PLURAL,
     (API_VERSION, BATCH_KIND): BATCH_PLURAL,
 }

@@ -25,6 +25,8 @@ KEDA_HTTP = CHILD_KIND["InterceptorRoute"]
 INFERENCE_POOL = CHILD_KIND["InferencePool"]
 INFERENCE_OBJECTIVE = CHILD_KIND["InferenceObjective"]
 HTTP_ROUTE = CHILD_KIND["HTTPRoute"]
+ENVOY_EXTENSION_POLICY = CHILD_KIND["EnvoyExtensionPolicy"]
+BACKEND_TRAFFIC_POLICY = CHILD_KIND["BackendTrafficPolicy"]
 
 
 def workload_kind(nodes: int) -> str:
@@ -63,13 +65,20 @@ def missing_routing_api(plan: Plan, caps: Capabilities) -> Outcome | None:
     """spec.routing without the Inference Extension's CRDs (or, with a gateway, the Gateway API's)."""
     needed = [(INFERENCE_POOL, caps.inference_pool, "routing"),
               (INFERENCE_OBJECTIVE, caps.inference_objective, "routing.priorityClasses"),
-              (HTTP_ROUTE, caps.http_route, "routing.gateway")]
+              (HTTP_ROUTE, caps.http_route, "routing.gateway"),
+              (ENVOY_EXTENSION_POLICY, caps.envoy_gateway, "routing.gateway.implementation EnvoyGateway"),
+              (BACKEND_TRAFFIC_POLICY, caps.envoy_gateway, "routing.gateway.implementation EnvoyGateway")]
     for kind, served, field in needed:
         if kind.kind in plan.routing_kinds and not served:
-            source = ("the Gateway API's standard CRDs (sigs.k8s.io/gateway-api v1.5 or later)"
-                      if kind is HTTP_ROUTE else
-                      "the Gateway API Inference Extension's CRDs (sigs.k8s.io/gateway-api-inference-extension "
-                      "v1.5.0: InferencePool and InferenceObjective)")
+            if kind is HTTP_ROUTE:
+                source = "the Gateway API's standard CRDs (sigs.k8s.io/gateway-api v1.5 or later)"
+            elif kind.group == ENVOY_EXTENSION_POLICY.group:
+                source = ("Envoy Gateway (v1.7.0: its gateway.envoyproxy.io CRDs and controller; docs/gateway.md), "
+                          "or set routing.gateway.implementation to InferencePool for a gateway that implements "
+                          "the Inference Extension")
+            else:
+                source = ("the Gateway API Inference Extension's CRDs (sigs.k8s.io/gateway-api-inference-extension "
+                          "v1.5.0: InferencePool and InferenceObjective)")
             return Outcome.stalled(
                 f"{kind.kind}Missing",
                 f"{field} makes a {kind.kind}, but this cluster does not serve {kind.api_version} {kind.plural}: "

@@ -37,10 +37,13 @@ class Capabilities:
     inference_pool: bool = False
     http_route: bool = False
     inference_objective: bool = False
+    # routing.gateway.implementation EnvoyGateway needs Envoy Gateway's policy kinds; without them, Stalled.
+    envoy_gateway: bool = False
 
 
 ALL_CAPABILITIES = Capabilities(service_monitor=True, prometheus_rule=True, leader_worker_set=True, keda=True,
-                                keda_http=True, inference_pool=True, http_route=True, inference_objective=True)
+                                keda_http=True, inference_pool=True, http_route=True, inference_objective=True,
+                                envoy_gateway=True)
 
 
 def render_children(cr: QwenInference, plan: Plan, caps: Capabilities) -> list[dict[str, Any]]:

@@ -13,6 +13,14 @@
   vLLM request priority of the class (api/routing.py vllm_priority: the two run in opposite directions).
 - With routing.gateway, an HTTPRoute (gateway.networking.k8s.io/v1) named as the fleet, whose one rule sends
   every path to the pool (upstream chart's config/charts/inferencepool/templates/httproute.yaml).
+- With routing.gateway.implementation EnvoyGateway (Envoy Gateway v1.7.0, which has no InferencePool backend),
+  the route's backend is the fleet's Service instead, and two Envoy Gateway policies make Envoy honour the
+  picker (docs/gateway.md): an EnvoyExtensionPolicy per pool, ``<pool>-epp``, that sends each request through
+  the picker (ext_proc, full-duplex bodies as the picker needs, its failure mode), and a BackendTrafficPolicy
+  named as the fleet that routes to the endpoint the picker wrote into x-gateway-destination-endpoint
+  (loadBalancer.endpointOverride) and, on a connect failure or reset, retries the picker's next fallback.
+  The picker then serves plain gRPC (Envoy Gateway would need a Backend with TLS verification turned off for
+  its self-signed certificate).
 - With spec.pools (length-aware pools), all of the above but the route once per pool (``Target``): the
   InferencePool ``<fleet>-<pool>`` over that pool's pods, its own picker ``<fleet>-<pool>-epp`` (a v1.5.0 picker
   serves one pool), its objectives ``<fleet>-<pool>-<class>``; the one HTTPRoute has a rule per pool matching
@@ -29,7 +37,7 @@ from typing import Any
 import yaml
 
 from qwen_fleet.api import QwenInference
-from qwen_fleet.api.routing import PriorityClass, RoutingSpec, vllm_priority
+from qwen_fleet.api.routing import PriorityClass, RoutingSpec, failure_mode, on_envoy_gateway, vllm_priority
 from qwen_fleet.config import MANAGED_BY
 from qwen_fleet.render.common import MANAGED_BY_LABEL, common_labels, metadata, selector_labels
 from qwen_fleet.render.leaderworkerset import leader_selector
@@ -46,6 +54,22 @@ GRPC_PORT = 9002
 GRPC_HEALTH_PORT = 9003
 METRICS_PORT = 9090
 POOL_LABEL = "qwenfleet.io/pool"  # spec.pools: the pool of a pod, its Deployment, InferencePool and picker
+GATEWAY_GROUP = "gateway.networking.k8s.io"
+ENVOY_GATEWAY_GROUP = "gateway.envoyproxy.io"
+# The header the picker names its endpoints in (pkg/epp/metadata/consts.go DestinationEndpointKey): the best
+# first, then its fallbacks, comma-separated ip:port.
+DESTINATION_HEADER = "x-gateway-destination-endpoint"
+# What Envoy retries on behind Envoy Gateway: the replica the picker named refused the connection or reset it
+# (a replica that has just died or is draining); override_host takes the next endpoint of the header then.
+RETRY_TRIGGERS = ("connect-failure", "reset")
+# routing.gateway.routeByModel: the header the Body-Based Router writes the body's model into
+# (pkg/bbr/plugins/bodyfieldtoheader ModelHeader, v1.5.0). Gateway API matches header names case-insensitively.
+MODEL_HEADER = "X-Gateway-Model-Name"
+
+
+def model_names(cr: QwenInference) -> list[str]:
+    """The names a client reaches this fleet by: the served model name, then each LoRA adapter's."""
+    return [cr.spec.model.served_model_name or cr.name, *(a.name for a in cr.spec.serving.adapters)]
 
 
 @dataclass(frozen=True)
@@ -132,7 +156,7 @@ def render_inference_pool(cr: QwenInference, target: Target | None = None) -> di
             "appProtocol": "http",
             "endpointPickerRef": {"group": "", "kind": "Service", "name": epp_name(cr, target),
                                   "port": {"number": GRPC_PORT},
-                                  "failureMode": routing.endpoint_picker.failure_mode},
+                                  "failureMode": failure_mode(routing)},
         },
     }
 
@@ -181,11 +205,12 @@ def render_epp_config_map(cr: QwenInference, target: Target | None = None) -> di
 def epp_args(cr: QwenInference, target: Target | None = None) -> list[str]:
     """cmd/epp flags (pkg/epp/server/options.go, v1.5.0). The metrics endpoint is served without its
     TokenReview check: that needs cluster-wide RBAC, which a namespaced fleet does not hand out."""
+    plain = ["--secure-serving=false"] if on_envoy_gateway(_routing(cr)) else []
     return ["--pool-name", _target(cr, target).name, "--pool-namespace", cr.namespace, "--pool-group", POOL_GROUP,
             "--config-file", f"{CONFIG_DIR}/{CONFIG_FILE}", "--grpc-port", str(GRPC_PORT),
             "--grpc-health-port", str(GRPC_HEALTH_PORT), "--metrics-port", str(METRICS_PORT),
             "--zap-encoder", "json", "--tracing=false", "--metrics-endpoint-auth=false",
-            "--enable-pprof=false"]
+            "--enable-pprof=false", *plain]
 
 
 def _probe(period: int) -> dict[str, Any]:
@@ -240,6 +265,9 @@ def render_epp_deployment(cr: QwenInference, target: Target | None = None) -> di
 
 
 def render_epp_service(cr: QwenInference, target: Target | None = None) -> dict[str, Any]:
+    # Behind Envoy Gateway the picker serves plain gRPC: the ext_proc cluster Envoy Gateway makes for it is
+    # always HTTP/2 (translateExtServiceBackendRefs with ir.GRPC), TLS only with a BackendTLSPolicy.
+    ext_proc = {"name": "grpc-ext-proc", "port": GRPC_PORT, "targetPort": GRPC_PORT, "protocol": "TCP"}
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -247,9 +275,8 @@ def render_epp_service(cr: QwenInference, target: Target | None = None) -> dict[
         "spec": {
             "type": "ClusterIP",
             "selector": epp_selector(cr, target),
-            "ports": [{"name": "grpc-ext-proc", "port": GRPC_PORT, "targetPort": GRPC_PORT, "protocol": "TCP"},
-                      {"name": "http-metrics", "port": METRICS_PORT, "targetPort": METRICS_PORT,
-                       "protocol": "TCP"}],
+            "ports": [ext_proc, {"name": "http-metrics", "port": METRICS_PORT, "targetPort": METRICS_PORT,
+                                 "protocol": "TCP"}],
         },
     }
 
@@ -297,7 +324,7 @@ def render_objectives(cr: QwenInference, target: Target | None = None) -> list[d
 def render_http_route(cr: QwenInference) -> dict[str, Any]:
     gateway = _routing(cr).gateway
     assert gateway is not None, "rendered only with routing.gateway"
-    parent: dict[str, Any] = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": gateway.name}
+    parent: dict[str, Any] = {"group": GATEWAY_GROUP, "kind": "Gateway", "name": gateway.name}
     if gateway.namespace is not None:
         parent["namespace"] = gateway.namespace
     if gateway.section_name is not None:
@@ -323,9 +350,70 @@ def _route_rule(cr: QwenInference, target: Target) -> dict[str, Any]:
         matches = [{**every_path, "headers": [header]}]
         if target.pool == default_pool(cr):
             matches.append(every_path)
+    if routing.gateway.route_by_model:  # each match once per model name (matches are ORed, headers ANDed)
+        matches = [{**m, "headers": [*m.get("headers", []), {"type": "Exact", "name": MODEL_HEADER, "value": name}]}
+                   for m in matches for name in model_names(cr)]
+    if on_envoy_gateway(routing):
+        # Envoy Gateway: the fleet's Service, whose endpoints are the pods the picker names (the fleet's
+        # Service selects every pool's pods; the picker of a pool names only its own). A pool's rule is named
+        # after it, so that pool's EnvoyExtensionPolicy can target that rule alone (sectionName).
+        backend: dict[str, Any] = {"group": "", "kind": "Service", "name": cr.name, "port": cr.spec.service.port}
+        named = {"name": target.pool} if target.pool is not None else {}
+        return {**named, "matches": matches, "backendRefs": [backend],
+                "timeouts": {"request": routing.gateway.request_timeout}}
     return {"matches": matches,
             "backendRefs": [{"group": POOL_GROUP, "kind": "InferencePool", "name": target.name}],
             "timeouts": {"request": routing.gateway.request_timeout}}
+
+
+def _route_target(cr: QwenInference, target: Target | None = None) -> dict[str, Any]:
+    ref = {"group": GATEWAY_GROUP, "kind": "HTTPRoute", "name": cr.name}
+    return {**ref, "sectionName": target.pool} if target is not None and target.pool is not None else ref
+
+
+def render_extension_policy(cr: QwenInference, target: Target | None = None) -> dict[str, Any]:
+    """Envoy Gateway: the ext_proc filter to the target's picker on its route (rule). The picker reads request
+    headers and the whole body to choose, and rewrites the response body's model name, so both directions are
+    full-duplex streamed (the mode the v1.5.0 picker answers in: StreamedBodyResponse); the message timeout is
+    the route's, as the picker may hold a request in its flow-control queue."""
+    routing = _routing(cr)
+    assert routing.gateway is not None
+    target = _target(cr, target)
+    def streamed() -> dict[str, Any]:
+        return {"body": "FullDuplexStreamed"}
+
+    return {
+        "apiVersion": f"{ENVOY_GATEWAY_GROUP}/v1alpha1",
+        "kind": "EnvoyExtensionPolicy",
+        "metadata": metadata(cr, name=epp_name(cr, target), labels=_labels(cr, target)),
+        "spec": {
+            "targetRefs": [_route_target(cr, target)],
+            "extProc": [{
+                "backendRefs": [{"group": "", "kind": "Service", "name": epp_name(cr, target), "port": GRPC_PORT}],
+                "processingMode": {"request": streamed(), "response": streamed()},
+                "messageTimeout": routing.gateway.request_timeout,
+                "failOpen": failure_mode(routing) == "FailOpen",
+            }],
+        },
+    }
+
+
+def render_backend_traffic_policy(cr: QwenInference) -> dict[str, Any]:
+    """Envoy Gateway: send each request to the endpoint the picker named, and on a connect failure or reset retry
+    the next one it named (override_host walks the header's list); as many retries as the picker names
+    fallbacks. Without the header (the picker failed open) Envoy balances by least requests."""
+    return {
+        "apiVersion": f"{ENVOY_GATEWAY_GROUP}/v1alpha1",
+        "kind": "BackendTrafficPolicy",
+        "metadata": metadata(cr, labels=common_labels(cr)),
+        "spec": {
+            "targetRefs": [_route_target(cr)],
+            "loadBalancer": {"type": "LeastRequest",
+                             "endpointOverride": {"extractFrom": [{"header": DESTINATION_HEADER}]}},
+            "retry": {"numRetries": PICKER_ENDPOINTS - 1,
+                      "retryOn": {"triggers": list(RETRY_TRIGGERS)}},
+        },
+    }
 
 
 def render_routing(cr: QwenInference) -> list[dict[str, Any]]:
@@ -339,4 +427,7 @@ def render_routing(cr: QwenInference) -> list[dict[str, Any]]:
                      render_inference_pool(cr, target), *render_objectives(cr, target)]
     if routing.gateway is not None:
         children.append(render_http_route(cr))
+        if on_envoy_gateway(routing):
+            children += [render_extension_policy(cr, t) for t in targets(cr)]
+            children.append(render_backend_traffic_policy(cr))
     return children
