@@ -94,6 +94,7 @@ def test_the_rule_gives_each_rank_of_a_multi_gpu_pod_a_core(vllm_python: str, ti
     assert "VLLM_CPU_OMP_THREADS_BIND" not in one_gpu.env  # a one-rank engine binds as vLLM decides
 
 
+@pytest.mark.timeout(1800)  # an engine of two ranks starting on a loaded 2-core machine
 def test_tensor_parallel_2_serves_from_one_server(vllm_python: str, tiny_qwen_dir: Path, tmp_path: Path) -> None:
     server = _server(_spec({"tensor": 2}), vllm_python, tiny_qwen_dir, tmp_path / "tp2.log")
     assert server.argv()[server.argv().index("--tensor-parallel-size") + 1] == "2"
@@ -109,6 +110,7 @@ def test_tensor_parallel_2_serves_from_one_server(vllm_python: str, tiny_qwen_di
     assert sorted(cores) == [0, 1] and cores[0] != cores[1], cores
 
 
+@pytest.mark.timeout(1800)  # an engine of two ranks starting on a loaded 2-core machine
 def test_data_parallel_2_serves_requests_on_both_engines(vllm_python: str, tiny_qwen_dir: Path,
                                                         tmp_path: Path) -> None:
     server = _server(_spec({"data": 2}), vllm_python, tiny_qwen_dir, tmp_path / "dp2.log")
@@ -132,6 +134,7 @@ def test_data_parallel_2_serves_requests_on_both_engines(vllm_python: str, tiny_
     assert len(blocks) == 2 and blocks[0] != blocks[1], blocks
 
 
+@pytest.mark.timeout(1800)  # an engine of two ranks starting on a loaded 2-core machine
 def test_expert_parallel_over_2_data_ranks_is_refused_by_the_cpu_build_at_its_first_step(
         vllm_python: str, tiny_moe_dir: Path, tmp_path: Path) -> None:
     """vLLM 0.32's CPU build places the experts (2 of 4 per rank) and starts, but its first forward step fails:

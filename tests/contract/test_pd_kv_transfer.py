@@ -90,6 +90,7 @@ def pd_pair(request: pytest.FixtureRequest, vllm_python: str, tiny_qwen_dir: Pat
         yield pair[0], pair[1]
 
 
+@pytest.mark.timeout(2700)  # three engine starts, one after another, on a loaded 2-core machine (~5 min each)
 @pytest.mark.parametrize("pd_pair", ["ExampleConnector"], indirect=True)
 def test_prefill_on_one_engine_and_decode_on_another_answer_as_one_engine(
         pd_pair: tuple[VllmServer, VllmServer], reference_tokens: list[int]) -> None:
