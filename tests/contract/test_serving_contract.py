@@ -44,12 +44,11 @@ def test_the_rule_keeps_the_rendered_command_and_engine_arguments(rendered: dict
 def test_the_rule_refuses_what_a_cpu_cannot_do(rendered: dict[str, dict[str, Any]], vllm_python: str) -> None:
     dep = rendered["Deployment"]
     container = dep["spec"]["template"]["spec"]["containers"][0]
-    args = container["args"]
-    tp = args.index("--tensor-parallel-size") + 1
-    container_tp2 = {**container, "args": [*args[:tp], "2", *args[tp + 1:]]}
-    dep_tp2 = {"spec": {"template": {"spec": {"containers": [container_tp2]}}}}
-    with pytest.raises(ValueError, match="needs GPUs"):
-        local_process(dep_tp2, vllm_python, {}, 1)
+    container_fp8 = {**container, "args": [*container["args"], "--kv-cache-dtype", "fp8"]}
+    dep_fp8 = {"spec": {"template": {"spec": {"containers": [container_fp8]}}}}
+    with pytest.raises(ValueError, match="--kv-cache-dtype fp8 has no CPU equivalent"):
+        local_process(dep_fp8, vllm_python, {}, 1)
+    # Tensor parallelism is no longer refused: its ranks get a core each (tests/contract/test_cpu_parallel.py).
 
 
 def test_probe_paths_models_and_chat(serving_vllm: RenderedServer, rendered: dict[str, dict[str, Any]]) -> None:

@@ -10,17 +10,25 @@ taken verbatim from the Deployment the operator renders:
    that gives its fake pods loopback addresses of their own passes that address as ``host``);
 4. GPUs: the ``nvidia.com/gpu`` request has no CPU equivalent and is dropped; the KV-cache memory that
    ``--gpu-memory-utilization`` carves out of a GPU is ``VLLM_CPU_KVCACHE_SPACE`` GiB on the CPU engine;
-   flags the CPU engine cannot honour (an fp8 KV cache, tensor parallelism > 1) are refused by this rule,
-   so the test's spec must not use them.
+   flags the CPU engine cannot honour (an fp8 KV cache) are refused by this rule, so the test's spec must
+   not use them;
+5. one GPU per rank -> one CPU core per rank: a pod that asks for N > 1 GPUs runs N engine ranks (tensor x
+   pipeline x local data-parallel ranks); vLLM's CPU build binds each rank's OpenMP threads to a NUMA node of
+   its own and refuses more local ranks than NUMA nodes (``utils/ompmultiprocessing.py``: "Not enough allowed
+   NUMA nodes to bind threads of 2 local CPUWorkers"). The rule binds rank k to core k of the cores this
+   process may use instead (``VLLM_CPU_OMP_THREADS_BIND="0|1"``, vLLM's own manual binding), round-robin
+   when there are more ranks than cores. docs/multi-node.md has what runs that way.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+GPU = "nvidia.com/gpu"
 CPU_UNSUPPORTED = {"--kv-cache-dtype": {"fp8", "fp8_e4m3", "fp8_e5m2"}}
 
 
@@ -62,9 +70,6 @@ def local_process(deployment: dict[str, Any], python: str, volumes: dict[str, Pa
     for flag, bad in CPU_UNSUPPORTED.items():
         if flag in argv and argv[argv.index(flag) + 1] in bad:
             raise ValueError(f"{flag} {argv[argv.index(flag) + 1]} has no CPU equivalent")
-    tp = argv[argv.index("--tensor-parallel-size") + 1]
-    if tp != "1":
-        raise ValueError("tensor parallelism needs GPUs")
     argv[argv.index("--port") + 1] = str(port)
     argv += ["--host", host]
     env: dict[str, str] = {}
@@ -72,4 +77,26 @@ def local_process(deployment: dict[str, Any], python: str, volumes: dict[str, Pa
         if "valueFrom" in var:
             raise ValueError(f"{var['name']} comes from a Secret/ConfigMap; the contract test uses literal values")
         env[var["name"]] = rewrite_mounts(var["value"], mounts)
+    ranks = gpus(container)
+    if ranks > 1:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = threads_bind(ranks)
     return LocalProcess(argv, env)
+
+
+def gpus(container: dict[str, Any]) -> int:
+    """The GPUs a container asks for (its ``nvidia.com/gpu`` limit, else its request; 0 when none)."""
+    resources = container.get("resources", {})
+    for part in ("limits", "requests"):
+        if GPU in resources.get(part, {}):
+            return int(resources[part][GPU])
+    return 0
+
+
+def threads_bind(ranks: int, cores: list[int] | None = None) -> str:
+    """vLLM's ``VLLM_CPU_OMP_THREADS_BIND`` value giving each of ``ranks`` local ranks one core of ``cores``
+    (default: the cores this process may run on), ranks in vLLM's order; cores are reused round-robin when
+    there are fewer than ranks."""
+    available = sorted(os.sched_getaffinity(0)) if cores is None else cores
+    if not available:
+        raise ValueError("no CPU core to bind an engine rank to")
+    return "|".join(str(available[k % len(available)]) for k in range(ranks))

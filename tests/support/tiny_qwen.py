@@ -21,6 +21,9 @@ Flavours:
   (``--convert embed``) and a reranker (``Qwen3ForSequenceClassification`` over "no"/"yes").
 * ``qwen2``: ``Qwen2ForCausalLM`` exactly as FACTS.md records (vocab 512, hidden 128, 2 layers, 2 heads,
   1 KV head, head_dim 64, q/k/v biases, tied embeddings, bfloat16); every number can be overridden.
+* ``qwen3_moe``: ``Qwen3MoeForCausalLM``, Qwen3's attention with a tiny mixture of experts in every layer (no
+  shared expert, as in Qwen3-30B-A3B and Qwen3-235B-A22B); weights from transformers' module tree, as the
+  hybrids'. The model for expert parallelism on CPU (tests/contract/test_cpu_parallel.py).
 * hybrids, Gated DeltaNet ``linear_attention`` layers interleaved with ``full_attention`` layers
   (every ``full_attention_interval``-th layer): ``qwen3_next`` (``Qwen3NextForCausalLM``, with a tiny
   mixture of experts) and ``qwen3_5`` (``Qwen3_5ForCausalLM``, the dense text tower of Qwen3.5). Their
@@ -49,6 +52,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 ARCHITECTURES = {
     "qwen2": ("Qwen2ForCausalLM", "qwen2"),
     "qwen3": ("Qwen3ForCausalLM", "qwen3"),
+    "qwen3_moe": ("Qwen3MoeForCausalLM", "qwen3_moe"),
     "qwen3_next": ("Qwen3NextForCausalLM", "qwen3_next"),
     "qwen3_5": ("Qwen3_5ForCausalLM", "qwen3_5_text"),
 }
@@ -76,7 +80,7 @@ QWEN3_TEMPLATE = CHATML_TEMPLATE.replace(
 class TinyQwen:
     """Geometry of a tiny model. Defaults are FACTS.md's tiny Qwen2."""
 
-    kind: str = "qwen2"  # "qwen2", "qwen3", "qwen3_next" or "qwen3_5"
+    kind: str = "qwen2"  # "qwen2", "qwen3", "qwen3_moe", "qwen3_next" or "qwen3_5"
     layers: int = 2
     hidden: int = 128
     intermediate: int = 256
@@ -94,7 +98,7 @@ class TinyQwen:
     linear_key_head_dim: int = 128  # the CPU GDN kernel rejects 32 ("Unexpected head dim size, 32")
     linear_value_head_dim: int = 128
     linear_conv_kernel: int = 4
-    # qwen3_next only: a tiny mixture of experts in every layer, plus a shared expert
+    # qwen3_next and qwen3_moe: a tiny mixture of experts in every layer (qwen3_next adds a shared expert)
     experts: int = 4
     experts_per_token: int = 2
     moe_intermediate: int = 64
@@ -115,7 +119,11 @@ class TinyQwen:
 
     @property
     def is_hybrid(self) -> bool:
-        return self.kind not in ("qwen2", "qwen3")
+        return self.kind not in ("qwen2", "qwen3", "qwen3_moe")
+
+    @property
+    def is_moe(self) -> bool:
+        return self.kind in ("qwen3_moe", "qwen3_next")
 
     @property
     def layer_types(self) -> list[str]:
@@ -132,7 +140,7 @@ class TinyQwen:
         attn = h * self.heads * hd + 2 * h * self.kv_heads * hd + self.heads * hd * h
         if self.kind == "qwen2":
             attn += self.heads * hd + 2 * self.kv_heads * hd  # q/k/v biases
-        elif self.kind == "qwen3":
+        elif self.kind in ("qwen3", "qwen3_moe"):
             attn += 2 * hd  # q/k RMSNorm, no biases
         else:
             attn += self.heads * hd * h + 2 * hd  # q_proj doubled (output gate), q/k RMSNorm
@@ -143,6 +151,8 @@ class TinyQwen:
                 + 3 * h * self.shared_expert_intermediate
                 + h  # shared_expert_gate
             )
+        if self.kind == "qwen3_moe":
+            mlp = self.experts * (h + 3 * h * self.moe_intermediate)  # router row + expert per expert
         linear = self._linear_attention_params()
         per_type = {"full_attention": attn, "linear_attention": linear}
         layers = sum(per_type[t] + mlp + 2 * h for t in self.layer_types)
@@ -180,7 +190,8 @@ class TinyQwen:
             )
         return ModelFacts(
             name=name,
-            family={"qwen2": "qwen2.5", "qwen3": "qwen3", "qwen3_next": "qwen3-next", "qwen3_5": "qwen3.5"}[self.kind],
+            family={"qwen2": "qwen2.5", "qwen3": "qwen3", "qwen3_moe": "qwen3", "qwen3_next": "qwen3-next",
+                    "qwen3_5": "qwen3.5"}[self.kind],
             params_billion=self.params() / 1e9,
             num_layers=self.layers,
             full_attention_layers=self.layer_types.count("full_attention"),
@@ -191,8 +202,8 @@ class TinyQwen:
             vocab_size=self.vocab,
             native_context=self.max_position,
             linear_attention=linear,
-            num_experts=self.experts if self.kind == "qwen3_next" else None,
-            experts_per_token=self.experts_per_token if self.kind == "qwen3_next" else None,
+            num_experts=self.experts if self.is_moe else None,
+            experts_per_token=self.experts_per_token if self.is_moe else None,
             tie_word_embeddings=True,
             dtype=self.dtype,
             sources=("tests/support/tiny_qwen.py",),
@@ -239,6 +250,11 @@ def make_tiny_qwen3(directory: Path, python: str | None = None, **overrides: Any
     return make_tiny_model(directory, TinyQwen(kind="qwen3", **overrides), python)
 
 
+def make_tiny_qwen3_moe(directory: Path, python: str | None = None, **overrides: Any) -> Path:
+    """A tiny Qwen3MoeForCausalLM: 4 experts of which 2 per token in each of 2 layers (any field overridable)."""
+    return make_tiny_model(directory, TinyQwen(kind="qwen3_moe", **overrides), python)
+
+
 def make_tiny_hybrid(
     directory: Path, python: str | None = None, kind: str = "qwen3_next", **overrides: Any
 ) -> Path:
@@ -253,15 +269,16 @@ def make_tiny_hybrid(
 def write_model(directory: Path, spec: TinyQwen) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     eos_id = int(len(pre_tokenizers_alphabet()) + SPECIAL_TOKENS.index("<|im_end|>"))
-    config = {"qwen2": qwen2_config, "qwen3": qwen3_config}.get(spec.kind, hybrid_config)(spec, eos_id)
-    if not spec.is_hybrid:
+    config = {"qwen2": qwen2_config, "qwen3": qwen3_config, "qwen3_moe": qwen3_moe_config}.get(
+        spec.kind, hybrid_config)(spec, eos_id)
+    if spec.kind in ("qwen2", "qwen3"):
         from safetensors.torch import save_file
 
         save_file(qwen2_weights(spec), str(directory / "model.safetensors"), metadata={"format": "pt"})
     else:
-        save_hybrid_weights(directory, spec, config)
+        save_module_tree_weights(directory, spec, config)
     # Written after the weights: save_pretrained writes a config.json of its own.
-    if spec.kind == "qwen3":
+    if spec.kind in ("qwen3", "qwen3_moe"):
         assert write_tokenizer(directory, QWEN3_ADDED_TOKENS, QWEN3_TEMPLATE) == eos_id
     else:
         assert write_tokenizer(directory) == eos_id
@@ -340,6 +357,20 @@ def qwen3_config(spec: TinyQwen, eos_id: int) -> dict[str, Any]:
         "use_sliding_window": False,
         "sliding_window": None,
         "attention_dropout": 0.0,
+    }
+
+
+def qwen3_moe_config(spec: TinyQwen, eos_id: int) -> dict[str, Any]:
+    return {
+        **qwen3_config(spec, eos_id),
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "model_type": "qwen3_moe",
+        "num_experts": spec.experts,
+        "num_experts_per_tok": spec.experts_per_token,
+        "moe_intermediate_size": spec.moe_intermediate,
+        "decoder_sparse_step": 1,
+        "norm_topk_prob": True,
+        "mlp_only_layers": [],
     }
 
 
@@ -432,7 +463,7 @@ def qwen2_weights(spec: TinyQwen) -> dict[str, Any]:
     return w
 
 
-def save_hybrid_weights(directory: Path, spec: TinyQwen, config: dict[str, Any]) -> None:
+def save_module_tree_weights(directory: Path, spec: TinyQwen, config: dict[str, Any]) -> None:
     """Random weights from transformers' own module tree, saved by ``save_pretrained`` so that names and
     layout (e.g. one tensor per expert) are those of published checkpoints."""
     import torch
@@ -441,6 +472,7 @@ def save_hybrid_weights(directory: Path, spec: TinyQwen, config: dict[str, Any])
     torch.manual_seed(spec.seed)
     fields = {k: v for k, v in config.items() if k not in ("architectures", "model_type", "torch_dtype")}
     config_cls, model_cls = {
+        "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
         "qwen3_next": ("Qwen3NextConfig", "Qwen3NextForCausalLM"),
         "qwen3_5": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM"),
     }[spec.kind]
