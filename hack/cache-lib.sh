@@ -64,49 +64,52 @@ qf_step_start() { # what cold [why]
   printf '%s %s %s\n' "$started" "$!" "$1" > "$QF_STEP_STATE"
 }
 
+# Their locals are prefixed _qf_: bash scopes variables dynamically, so a plain `local lock` here would shadow a
+# caller's global `lock` inside the build function qf_cached calls (hack/vllm-venv.sh's lock file once read the
+# lock's path instead and installed nothing: tests/unit/test_setup_scripts_lock.py).
 qf_lock() { # entry: hold the entry's lock (fd 9) until the script exits; for a short script that is one build
   mkdir -p "$QF_CACHE/.locks"
-  local lock; lock="$QF_CACHE/.locks/$(qf_slug "$1").lock"
-  exec 9>"$lock"
+  local _qf_lock; _qf_lock="$QF_CACHE/.locks/$(qf_slug "$1").lock"
+  exec 9>"$_qf_lock"
   if ! flock -n 9; then
-    qf_say "waiting for another set-up that is building $1 (lock: $lock)"
+    qf_say "waiting for another set-up that is building $1 (lock: $_qf_lock)"
     flock 9
   fi
 }
 
 qf_cached() { # entry step fn [args...]
-  local entry=$1 step=$2; shift 2
-  local slug; slug=$(qf_slug "$entry")
+  local _qf_entry=$1 _qf_step=$2; shift 2
+  local _qf_slug; _qf_slug=$(qf_slug "$_qf_entry")
   mkdir -p "$QF_CACHE/.locks" "$QF_CACHE/.timings" "$QF_CACHE/logs"
-  local lock="$QF_CACHE/.locks/$slug.lock" log="$QF_CACHE/logs/$(qf_slug "$step").log"
-  if [ -n "${QF_STEP_STATE:-}" ]; then qf_say "qf_cached $entry inside another qf_cached: call it after"; return 2; fi
-  local state; state=$(mktemp "${TMPDIR:-/tmp}/qf-step.XXXXXX")
-  exec 9>"$lock"
+  local _qf_lock="$QF_CACHE/.locks/$_qf_slug.lock" _qf_log="$QF_CACHE/logs/$(qf_slug "$_qf_step").log"
+  if [ -n "${QF_STEP_STATE:-}" ]; then qf_say "qf_cached $_qf_entry inside another qf_cached: call it after"; return 2; fi
+  local _qf_state; _qf_state=$(mktemp "${TMPDIR:-/tmp}/qf-step.XXXXXX")
+  exec 9>"$_qf_lock"
   if ! flock -n 9; then
-    qf_say "waiting for another set-up that is building $entry (lock: $lock)"
+    qf_say "waiting for another set-up that is building $_qf_entry (lock: $_qf_lock)"
     flock 9
-    qf_say "the other set-up finished with $entry; checking what it left"
+    qf_say "the other set-up finished with $_qf_entry; checking what it left"
   fi
-  local rc=0
+  local _qf_rc=0
   set +e
-  ( set -e; QF_STEP=$step QF_STEP_LOG=$log QF_STEP_STATE=$state; "$@" ) >> "$log" 2>&1
-  rc=$?
+  ( set -e; QF_STEP=$_qf_step QF_STEP_LOG=$_qf_log QF_STEP_STATE=$_qf_state; "$@" ) >> "$_qf_log" 2>&1
+  _qf_rc=$?
   set -e
   exec 9>&-
-  local started hb what
-  if read -r started hb what < "$state" 2>/dev/null; then
-    kill "$hb" 2>/dev/null || true
-    wait "$hb" 2>/dev/null || true
-    local took=$(( $(date +%s) - started ))
-    if [ "$rc" -eq 0 ]; then
-      printf '%s %s\n' "$took" "$entry" > "$QF_CACHE/.timings/$(qf_slug "$step")"
-      qf_say "$what: done in $(qf_duration "$took")"
+  local _qf_started _qf_hb _qf_what
+  if read -r _qf_started _qf_hb _qf_what < "$_qf_state" 2>/dev/null; then
+    kill "$_qf_hb" 2>/dev/null || true
+    wait "$_qf_hb" 2>/dev/null || true
+    local _qf_took=$(( $(date +%s) - _qf_started ))
+    if [ "$_qf_rc" -eq 0 ]; then
+      printf '%s %s\n' "$_qf_took" "$_qf_entry" > "$QF_CACHE/.timings/$(qf_slug "$_qf_step")"
+      qf_say "$_qf_what: done in $(qf_duration "$_qf_took")"
     fi
   fi
-  rm -f "$state"
-  if [ "$rc" -ne 0 ]; then
-    qf_say "$entry failed (exit $rc) after $(qf_duration $(( $(date +%s) - ${started:-$(date +%s)} ))); the last 30 lines of $log:"
-    tail -n 30 "$log" >&"$QF_TERM_FD"
-    return "$rc"
+  rm -f "$_qf_state"
+  if [ "$_qf_rc" -ne 0 ]; then
+    qf_say "$_qf_entry failed (exit $_qf_rc) after $(qf_duration $(( $(date +%s) - ${_qf_started:-$(date +%s)} ))); the last 30 lines of $_qf_log:"
+    tail -n 30 "$_qf_log" >&"$QF_TERM_FD"
+    return "$_qf_rc"
   fi
 }

