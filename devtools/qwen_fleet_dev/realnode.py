@@ -58,6 +58,13 @@ RUNTIME_PROGRAMS = ("containerd", "ctr", "runc", "containerd-shim-runc-v2", "ipt
                     "curl")
 
 
+# A unix socket's path holds at most 107 bytes (sun_path is 108 with its NUL). The kubelet's longest socket is
+# made under its --root-dir as pod-resources/<10 random digits> before its rename to kubelet.sock: the root's
+# length plus these 25 bytes (a "/" included). containerd's sockets are kept out of the root (NodeDirs.sockets).
+UNIX_PATH_MAX = 107
+KUBELET_SOCKET_SUFFIX = len("/pod-resources/") + 10
+
+
 class RealNodeError(RuntimeError):
     pass
 
@@ -101,6 +108,13 @@ class RealNode:
         if hidden:
             raise RealNodeError(f"the node's directory {root} is under {hidden[0]}, which the node's mount "
                                 "namespace covers with a tmpfs; use a working directory elsewhere")
+        longest = len(str(self.dirs.kubelet_root.resolve())) + KUBELET_SOCKET_SUFFIX
+        if longest > UNIX_PATH_MAX:
+            raise RealNodeError(
+                f"the node's directory {root} is too long: the kubelet makes its sockets under "
+                f"{self.dirs.kubelet_root.name}/ in it (pod-resources/<10 digits>), {longest} bytes where a unix "
+                f"socket path holds at most {UNIX_PATH_MAX}, and it would exit at start ('bind: invalid "
+                f"argument'); use a working directory at least {longest - UNIX_PATH_MAX} bytes shorter")
         missing = self.bins.missing()
         if missing:
             raise RealNodeError("real node components missing: " + ", ".join(missing)

@@ -83,11 +83,13 @@ def _machine_sysctls() -> dict[str, str]:
 
 
 def test_a_second_real_node_cluster_runs_beside_the_first_and_leaves_nothing(
-        real_cluster: LocalCluster, tmp_path: Path) -> None:
+        real_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> None:
     first = real_cluster.real_node
     assert first is not None and first.net is not None
     sysctls_before = _machine_sysctls()
-    with LocalCluster(workdir=tmp_path / "second", node_pools=(), real_node=True) as second:
+    # A short directory: the kubelet's sockets go under it (realnode.UNIX_PATH_MAX), and under pytest-xdist a
+    # test's tmp_path (popen-gwN/<test name>) leaves too little room for them.
+    with LocalCluster(workdir=tmp_path_factory.mktemp("second"), node_pools=(), real_node=True) as second:
         node = second.real_node
         assert node is not None and node.net is not None
         assert node.net.block != first.net.block
@@ -170,8 +172,9 @@ def test_a_sigkilled_session_is_cleaned_up_by_the_next_start(real_cluster: Local
     assert live.net.exists()
 
 
-def test_dev_up_real_node_outlives_its_command_and_dev_down_removes_it(tmp_path: Path) -> None:
-    workdir = tmp_path / "dev"
+def test_dev_up_real_node_outlives_its_command_and_dev_down_removes_it(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    workdir = tmp_path_factory.mktemp("dev")  # short: the kubelet's sockets go under it
     cli = [sys.executable, "-m", "qwen_fleet.cli", "dev"]
     up = subprocess.run([*cli, "up", "--real-node", "--dir", str(workdir)], capture_output=True, text=True,
                         timeout=300)
@@ -193,12 +196,12 @@ def test_dev_up_real_node_outlives_its_command_and_dev_down_removes_it(tmp_path:
 
 
 def test_a_node_whose_kubelet_fails_to_start_fails_the_start_and_leaves_nothing(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     from qwen_fleet_dev.realnode import RealNode
 
     broken = RealNode._kubelet_argv
     monkeypatch.setattr(RealNode, "_kubelet_argv", lambda self: [*broken(self), "--no-such-flag"])
-    cluster = LocalCluster(workdir=tmp_path / "c", node_pools=(), real_node=True)
+    cluster = LocalCluster(workdir=tmp_path_factory.mktemp("broken"), node_pools=(), real_node=True)
     seen: dict[str, object] = {}
     real_start = RealNode._start_containerd
 
