@@ -216,3 +216,18 @@ def test_a_younger_fleet_naming_the_older_as_its_canary_is_still_stalled() -> No
     younger = _raw("chat", "2026-02-01T00:00:00Z", routing={"gateway": ENVOY,
                                                             "canary": {"fleet": "chat-next", "weight": 10}})
     assert claim_conflict(_cr(younger), [older, younger]) is not None
+
+
+# --- TLS: the listener is the Gateway's; a fleet names it (reconcile/controller.py) ---------------------------------
+
+def test_a_section_name_that_is_no_listener_of_the_gateway_is_stalled_naming_the_listeners() -> None:
+    from qwen_fleet.reconcile.controller import _listener_missing
+
+    front = {"spec": {"listeners": [{"name": "http", "protocol": "HTTP", "port": 80},
+                                    {"name": "https", "protocol": "HTTPS", "port": 443}]}}
+    assert _listener_missing(front, None, "llm/front") is None
+    assert _listener_missing(front, "https", "llm/front") is None
+    outcome = _listener_missing(front, "tls", "llm/front")
+    assert outcome is not None and outcome.kind == "stalled" and outcome.reason == "GatewayListenerNotFound"
+    assert "sectionName tls names no listener of Gateway llm/front, whose listeners are http, https" in outcome.message
+    assert (_listener_missing({"spec": {}}, "https", "llm/front") or Outcome.applied()).message.count("are none") == 1

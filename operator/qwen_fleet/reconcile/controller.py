@@ -243,7 +243,7 @@ class Controller:
                 return None
             return Outcome.retrying(f"looking up Gateway {namespace}/{gateway.name}: {err.status} {err.reason}")
         if found is not None:
-            return None
+            return _listener_missing(found, gateway.section_name, f"{namespace}/{gateway.name}")
         return Outcome.stalled(
             "GatewayNotFound",
             f"routing.gateway names Gateway {namespace}/{gateway.name}, which does not exist: create it (of a "
@@ -388,3 +388,19 @@ def _traffic(cr: QwenInference | None, result: Result, old: dict[str, Any]) -> l
         kept = old.get("traffic")
         return list(kept) if kept else None
     return traffic_status(cr)
+
+
+def _listener_missing(gateway: dict[str, Any], section: str | None, where: str) -> Outcome | None:
+    """routing.gateway.sectionName naming no listener of the Gateway: Stalled naming the ones it has (a route to
+    a missing listener sits unattached). Which listener has TLS is the Gateway's business (docs/gateway.md,
+    "TLS"): a fleet picks the HTTPS one by its name."""
+    if section is None:
+        return None
+    listeners = [str(li.get("name")) for li in (gateway.get("spec") or {}).get("listeners") or []]
+    if section in listeners:
+        return None
+    return Outcome.stalled(
+        "GatewayListenerNotFound",
+        f"routing.gateway.sectionName {section} names no listener of Gateway {where}, whose listeners are "
+        f"{', '.join(listeners) or 'none'}: name one of them (e.g. the HTTPS listener, for TLS), or remove sectionName "
+        "to attach to every listener that accepts the route. Nothing of this spec was applied.")
