@@ -4,6 +4,9 @@ Upstream's chart installs the controller from the locally built image; a Gateway
 Deployment (the PyPI build of Envoy on Debian) and a ClusterIP Service; requests from the host go to that Service,
 through Envoy, to busybox pods behind an HTTPRoute. Every assertion is on what the client received.
 
+The last three tests put the operator's rendering for routing.auth.apiKeys and routing.canary on an HTTPS listener
+of the same Gateway: TLS with our certificate, 401/200 by key, and a weight shift under a steady client.
+
 The route picks the backend by a header the client sets (``x-qwen-model``): Gateway API matches headers, never the
 body, so an OpenAI client's ``model`` field needs a body-based router in front (GAIE's ``cmd/bbr``), not built here
 yet (docs/gateway.md).
@@ -203,7 +206,7 @@ TLS_HOST = "qwen.test"  # the certificate's name; the client sends it as SNI and
 SECURE_MODEL = "qwen-gw"  # the served model name of the two fleets below (the client sets the BBR's header)
 
 
-def _fleet_children(ns: str, canary_weight: int, keys: bool = True) -> list[dict[str, Any]]:
+def _fleet_children(ns: str, canary_weight: int) -> list[dict[str, Any]]:
     """What the operator renders for fleet "stable" (routing EnvoyGateway by model on the https listener, an API
     key from Secret gw-keys, routing.canary to fleet "next"): its HTTPRoute, BackendTrafficPolicy and
     SecurityPolicy, without the owner reference (no QwenInference here) and without the EnvoyExtensionPolicy (no
@@ -216,15 +219,14 @@ def _fleet_children(ns: str, canary_weight: int, keys: bool = True) -> list[dict
 
     routing: dict[str, Any] = {"gateway": {"name": "front", "sectionName": "https", "implementation": "EnvoyGateway",
                                            "routeByModel": True},
-                               "canary": {"fleet": "next", "weight": canary_weight}}
-    if keys:
-        routing["auth"] = {"apiKeys": {"secretRefs": [{"name": "gw-keys"}]}}
+                               "canary": {"fleet": "next", "weight": canary_weight},
+                               "auth": {"apiKeys": {"secretRefs": [{"name": "gw-keys"}]}}}
     cr = QwenInference.model_validate({"metadata": {"name": "stable", "namespace": ns, "uid": "none"}, "spec": {
         "model": {"name": "Qwen/Qwen3-4B-Instruct-2507", "servedModelName": SECURE_MODEL},
         "gpu": {"product": "NVIDIA-A10G"}, "service": {"port": 8080}, "routing": routing}})
     wanted = {"HTTPRoute", "BackendTrafficPolicy", "SecurityPolicy"}
     out = [c for c in render_children(cr, make_plan(cr, OperatorConfig()), ALL_CAPABILITIES) if c["kind"] in wanted]
-    assert {c["kind"] for c in out} == wanted if keys else wanted - {"SecurityPolicy"}
+    assert {c["kind"] for c in out} == wanted
     for child in out:
         child["metadata"].pop("ownerReferences")
     return out
