@@ -71,6 +71,24 @@ def _stalled(cluster: LocalCluster, ns: str, name: str) -> tuple[str, str, str]:
     return str(cond.get("status")), str(cond.get("reason")), str(cond.get("message"))
 
 
+def _metadata_lookup(cluster: LocalCluster, ns: str, name: str) -> dict[str, Any]:
+    """The request KubeClient.metadata_of makes, with the operator's own client and Accept header, answered whole."""
+    import asyncio
+
+    from qwen_fleet.reconcile.kube import METADATA_ONLY, KubeClient, object_path
+
+    async def lookup() -> dict[str, Any]:
+        kube = KubeClient.from_environment(kubeconfig=str(cluster.kubeconfig))
+        try:
+            found = await kube.request("GET", object_path("v1", "Secret", ns, name), accept=METADATA_ONLY)
+            assert await kube.metadata_of("v1", "Secret", ns, name + "-absent") is None
+            return dict(found)
+        finally:
+            kube.close()
+
+    return asyncio.run(lookup())
+
+
 @pytest.fixture(scope="module")
 def eg_crds(cluster: LocalCluster) -> None:
     _install(cluster)
@@ -114,6 +132,11 @@ def test_a_missing_key_secret_is_stalled_then_the_policy_names_it_and_the_key_is
         assert list(secret["data"]) == ["team-a"]  # the check did not touch it (no field manager of the operator's)
         managers = {m.get("manager") for m in secret["metadata"].get("managedFields") or []}
         assert managers and FIELD_MANAGER not in managers, managers
+
+        # What the operator's lookup gets from the real apiserver: the Secret's metadata, without its data.
+        seen = _metadata_lookup(cluster, namespace, "team-keys")
+        assert seen["kind"] == "PartialObjectMetadata" and "data" not in seen and key not in json.dumps(seen), seen
+        assert seen["metadata"]["name"] == "team-keys"
 
         # The keys removed from the spec: the SecurityPolicy is pruned.
         apply(cluster, namespace, _fleet("keyed", {"gateway": ENVOY}))
