@@ -20,6 +20,7 @@ import copy
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,17 +54,21 @@ def _present(cluster: LocalCluster, names: list[str]) -> list[str]:
     return [n for n in names if cluster.kubectl("get", "crd", n, check=False).returncode == 0]
 
 
-def _install(cluster: LocalCluster) -> None:
+def _install(cluster: LocalCluster) -> list[str]:
+    """The routing CRDs this module needs; returns Envoy Gateway's that it installed (removed after it)."""
     missing = set(ROUTING_CRDS.values()) - set(_present(cluster, list(ROUTING_CRDS.values())))
     for path in third_party_crds():
         if path.name in ROUTING_CRDS and ROUTING_CRDS[path.name] in missing:
             assert crd_name(path) == ROUTING_CRDS[path.name]
             cluster.install_crd(path, name=ROUTING_CRDS[path.name])
     generated = binaries.ensure_gateway().chart / "crds" / "generated"
+    installed = []
     for file, name in EG_CRDS.items():
         if not _present(cluster, [name]):
             assert crd_name(generated / file) == name
             cluster.install_crd(generated / file, name=name)
+            installed.append(name)
+    return installed
 
 
 def _stalled(cluster: LocalCluster, ns: str, name: str) -> tuple[str, str, str]:
@@ -90,9 +95,13 @@ def _metadata_lookup(cluster: LocalCluster, ns: str, name: str) -> dict[str, Any
 
 
 @pytest.fixture(scope="module")
-def eg_crds(cluster: LocalCluster) -> None:
-    _install(cluster)
+def eg_crds(cluster: LocalCluster) -> Iterator[None]:
+    installed = _install(cluster)
     time.sleep(RESYNC_S)  # the operator's capabilities see the new kinds at its next resync
+    yield
+    # Other modules start from a cluster without Envoy Gateway's kinds (test_envoy_gateway_policies.py's Stalled).
+    if installed:
+        cluster.kubectl("delete", "crd", *installed, "--wait=true", check=False, timeout=120)
 
 
 def test_a_missing_key_secret_is_stalled_then_the_policy_names_it_and_the_key_is_nowhere_else(

@@ -75,9 +75,15 @@ def test_no_security_policy_without_keys_and_no_child_carries_more_than_the_secr
 
 def test_keys_without_envoy_gateways_crds_are_stalled_naming_what_to_install() -> None:
     cr = _cr(_raw("chat", routing={"gateway": ENVOY, "auth": KEYS}))
-    caps = Capabilities(inference_pool=True, http_route=True, envoy_gateway=False)
-    outcome = missing_capability(make_plan(cr, OperatorConfig()), caps)
-    assert outcome is not None and outcome.kind == "stalled" and "Envoy Gateway" in outcome.message
+    plan = make_plan(cr, OperatorConfig())
+    outcome = missing_capability(plan, Capabilities(inference_pool=True, http_route=True))
+    assert outcome is not None and outcome.reason == "EnvoyExtensionPolicyMissing"
+    # Envoy Gateway's other policies served, its SecurityPolicy not (a partial install): Stalled naming it.
+    outcome = missing_capability(plan, Capabilities(inference_pool=True, http_route=True, envoy_gateway=True))
+    assert outcome is not None and outcome.reason == "SecurityPolicyMissing"
+    assert "routing.auth.apiKeys makes a SecurityPolicy, but this cluster does not serve gateway.envoyproxy.io/" \
+           "v1alpha1 securitypolicies: install Envoy Gateway" in outcome.message, outcome.message
+    assert missing_capability(plan, ALL_CAPABILITIES) is None
 
 
 # --- canary: the route ----------------------------------------------------------------------------------------------

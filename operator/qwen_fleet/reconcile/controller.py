@@ -45,6 +45,7 @@ from qwen_fleet.reconcile.workload import (
     KEDA,
     KEDA_HTTP,
     LWS,
+    SECURITY_POLICY,
     missing_capability,
     pools_rollout_view,
     rollout_view,
@@ -135,6 +136,7 @@ class Controller:
                                                       ENVOY_EXTENSION_POLICY.plural)
                            and await self.kube.api_exists(BACKEND_TRAFFIC_POLICY.api_version,
                                                           BACKEND_TRAFFIC_POLICY.plural)),
+            security_policy=await self.kube.api_exists(SECURITY_POLICY.api_version, SECURITY_POLICY.plural),
         )
 
     async def reconcile(self, key: Key) -> Result | None:

@@ -69,7 +69,7 @@ def missing_routing_api(plan: Plan, caps: Capabilities) -> Outcome | None:
               (HTTP_ROUTE, caps.http_route, "routing.gateway"),
               (ENVOY_EXTENSION_POLICY, caps.envoy_gateway, "routing.gateway.implementation EnvoyGateway"),
               (BACKEND_TRAFFIC_POLICY, caps.envoy_gateway, "routing.gateway.implementation EnvoyGateway"),
-              (SECURITY_POLICY, caps.envoy_gateway, "routing.auth.apiKeys")]
+              (SECURITY_POLICY, caps.security_policy, "routing.auth.apiKeys")]
     for kind, served, field in needed:
         if kind.kind in plan.routing_kinds and not served:
             if kind is HTTP_ROUTE:

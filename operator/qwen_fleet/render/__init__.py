@@ -40,11 +40,12 @@ class Capabilities:
     inference_objective: bool = False
     # routing.gateway.implementation EnvoyGateway needs Envoy Gateway's policy kinds; without them, Stalled.
     envoy_gateway: bool = False
+    security_policy: bool = False  # routing.auth.apiKeys: Envoy Gateway's SecurityPolicy
 
 
 ALL_CAPABILITIES = Capabilities(service_monitor=True, prometheus_rule=True, leader_worker_set=True, keda=True,
                                 keda_http=True, inference_pool=True, http_route=True, inference_objective=True,
-                                envoy_gateway=True)
+                                envoy_gateway=True, security_policy=True)
 
 
 def render_children(cr: QwenInference, plan: Plan, caps: Capabilities) -> list[dict[str, Any]]:
