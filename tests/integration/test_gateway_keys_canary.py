@@ -21,7 +21,6 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -105,7 +104,7 @@ def eg_crds(cluster: LocalCluster) -> Iterator[None]:
 
 
 def test_a_missing_key_secret_is_stalled_then_the_policy_names_it_and_the_key_is_nowhere_else(
-        cluster: LocalCluster, operator: OperatorProcess, namespace: str, eg_crds: None, tmp_path: Path) -> None:
+        cluster: LocalCluster, operator: OperatorProcess, namespace: str, eg_crds: None) -> None:
     routing = {"gateway": ENVOY, "auth": {"apiKeys": {"secretRefs": [{"name": "team-keys"}]}}}
     try:
         apply(cluster, namespace, _fleet("keyed", routing))
