@@ -136,7 +136,8 @@ def test_a_missing_key_secret_is_stalled_then_the_policy_names_it_and_the_key_is
         assert key not in everything  # ...and nothing holds the key
         assert key not in json.dumps(events_for(cluster, namespace, "keyed"))
         assert key not in operator.log.read_text(errors="replace")
-        secret = json.loads(cluster.kubectl("get", "secret", "team-keys", "-n", namespace, "-o", "json").stdout)
+        secret = json.loads(cluster.kubectl("get", "secret", "team-keys", "-n", namespace, "-o", "json",
+                                            "--show-managed-fields").stdout)
         assert list(secret["data"]) == ["team-a"]  # the check did not touch it (no field manager of the operator's)
         managers = {m.get("manager") for m in secret["metadata"].get("managedFields") or []}
         assert managers and FIELD_MANAGER not in managers, managers
