@@ -239,10 +239,14 @@ NOT_EXERCISED_HERE = {("delete", "apps", "deployments")} | {
     (verb, group, resource) for verb in ("get", "patch", "delete") for group, resource in (
         ("inference.networking.k8s.io", "inferencepools"), ("inference.networking.x-k8s.io", "inferenceobjectives"))
     } | {(verb, "inference.networking.x-k8s.io", "inferencemodelrewrites") for verb in ("get", "list", "watch")} | {
-    # routing.auth.apiKeys: no fleet with keys in this run (tests/integration/test_gateway_keys.py looks a key
-    # Secret up and applies the SecurityPolicy); Envoy Gateway's CRDs are not installed here.
+    # routing.gateway: no fleet names a Gateway in this run (tests/integration/test_gateway_claims.py looks one up).
+    ("list", "gateway.networking.k8s.io", "gateways")} | {
+    # routing.auth.apiKeys: no fleet with keys in this run (tests/integration/test_gateway_keys_canary.py looks a key
+    # Secret up and applies the SecurityPolicy). Envoy Gateway's CRDs are not installed here, so none of its policy
+    # kinds is watched or written (tests/integration/test_envoy_gateway_policies.py writes and prunes them).
     ("get", "", "secrets")} | {
-    (verb, "gateway.envoyproxy.io", "securitypolicies") for verb in ("list", "watch", "patch", "delete")}
+    (verb, "gateway.envoyproxy.io", kind) for verb in ("list", "watch", "patch", "delete")
+    for kind in ("envoyextensionpolicies", "backendtrafficpolicies", "securitypolicies")}
 
 
 def test_the_run_used_every_granted_rule_and_nothing_else(release: Release) -> None:
