@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from qwen_fleet.api import QwenInference
+from qwen_fleet.cli import dump_yaml
 from qwen_fleet.config import OperatorConfig
 from qwen_fleet.plan import make_plan
 from qwen_fleet.reconcile.status import Outcome, compute_status
@@ -237,3 +241,21 @@ def test_a_section_name_that_is_no_listener_of_the_gateway_is_stalled_naming_the
     assert outcome is not None and outcome.kind == "stalled" and outcome.reason == "GatewayListenerNotFound"
     assert "sectionName tls names no listener of Gateway llm/front, whose listeners are http, https" in outcome.message
     assert (_listener_missing({"spec": {}}, "https", "llm/front") or Outcome.applied()).message.count("are none") == 1
+
+
+# --- golden: every child of a fleet with keys and a canary behind Envoy Gateway ------------------------------------
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def test_a_fleet_with_keys_and_a_canary_renders_its_golden() -> None:
+    """tests/unit/fixtures/envoy-gateway-keys-canary.yaml (UPDATE_GOLDEN=1 rewrites the golden, as
+    test_render_golden.py's)."""
+    doc = yaml.safe_load((FIXTURES / "envoy-gateway-keys-canary.yaml").read_text())
+    doc["metadata"].update({"namespace": "llm", "uid": "00000000-0000-0000-0000-000000000001"})
+    cr = QwenInference.model_validate(doc)
+    text = dump_yaml(render_children(cr, make_plan(cr, OperatorConfig()), ALL_CAPABILITIES))
+    golden = FIXTURES / "envoy-gateway-keys-canary.golden.yaml"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text()
