@@ -128,7 +128,10 @@ def test_rbac_has_no_wildcards_no_secrets_no_nodes_and_never_deletes_the_fleet(v
         for key in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
             assert not any("*" in item for item in rule.get(key, [])), where
         assert set(rule["verbs"]) <= allowed_verbs, where
-        assert not {"secrets", "nodes", "serviceaccounts/token"} & set(rule["resources"]), where
+        assert not {"nodes", "serviceaccounts/token"} & set(rule["resources"]), where
+        if "secrets" in rule["resources"]:  # routing.auth.apiKeys' existence check: get by name, nothing more
+            assert rule == {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}, where
+            continue
         if "serviceaccounts" in rule["resources"]:  # a QwenBatch runner's, the endpoint picker's: never read or used
             assert rule["resources"] == ["serviceaccounts"] and "get" not in rule["verbs"], where
         if "namespaces" in rule["resources"]:
@@ -439,3 +442,14 @@ def test_notes_tell_the_user_what_to_do_next() -> None:
     assert "kubectl apply -n team-a -f -" in notes
     assert "kubectl -n team-a wait --for=condition=Ready qwi/qwen3-4b" in notes
     assert "crds.keep=false: `helm uninstall` deletes the CRD" in notes
+
+
+def test_secrets_are_only_get_by_name_and_rbac_key_secrets_false_removes_them() -> None:
+    """routing.auth.apiKeys: `get` on Secrets (no list, no watch, nothing else of theirs) by default, in every
+    operator (Cluster)Role; with rbac.keySecrets false no rule names Secrets at all."""
+    for values in ({}, NAMESPACED):
+        secret_rules = [rule for _, _, rule in rules_of(template(values)) if "secrets" in rule["resources"]]
+        expected = 1 if not values else len(NAMESPACED["watchNamespaces"])
+        assert secret_rules == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}] * expected, values
+        off = template({**values, "rbac": {"keySecrets": False}})
+        assert [r for _, _, r in rules_of(off) if "secrets" in r["resources"]] == [], values

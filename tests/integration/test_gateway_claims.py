@@ -1,5 +1,6 @@
 """routing.gateway through the operator against the real apiserver: a route to a Gateway that does not exist is
-Stalled GatewayNotFound with the fix (nothing applied) until the Gateway is made; with routeByModel, a second fleet
+Stalled GatewayNotFound with the fix (nothing applied) until the Gateway is made, and one to a listener it does not
+have GatewayListenerNotFound; with routeByModel, a second fleet
 claiming the first's model name on that Gateway is Stalled ModelNameClaimed naming the first, and nothing of the
 first is written. The Gateway CRD is Envoy Gateway v1.7.0's bundled copy of Gateway API v1.4.1 (upstream's chart,
 from the module cache); no gateway controller runs here (tests/node/test_real_gateway.py has one).
@@ -111,7 +112,17 @@ def test_a_missing_gateway_and_a_claimed_model_name_are_stalled_and_the_first_fl
         apply(cluster, namespace, _fleet("second", routing, "qwen-next"))
         wait_fleet(cluster, namespace, "second", operator.tail, "the second fleet's HTTPRoute",
                    lambda: get(cluster, "httproute", "second", namespace), timeout=60)
+
+        # A listener the Gateway does not have (e.g. an https one that was never added): Stalled naming its
+        # listeners, nothing applied.
+        apply(cluster, namespace, _fleet("third", {"gateway": {"name": "front", "sectionName": "https"}}, "qwen-3"))
+        wait_until("third Stalled GatewayListenerNotFound",
+                   lambda: _stalled(cluster, namespace, "third")[:2] == ("True", "GatewayListenerNotFound"), 30)
+        message = _stalled(cluster, namespace, "third")[2]
+        assert f"sectionName https names no listener of Gateway {namespace}/front, whose listeners are http" \
+            in message, message
+        assert get(cluster, "httproute", "third", namespace) is None
     finally:
-        cluster.kubectl("delete", "qwi", "first", "second", "-n", namespace, "--wait=false", check=False)
+        cluster.kubectl("delete", "qwi", "first", "second", "third", "-n", namespace, "--wait=false", check=False)
         # Other modules route to Gateways that do not exist with no Gateway kind served: leave none served.
         cluster.kubectl("delete", "crd", GATEWAYS, "--wait=true", check=False, timeout=120)

@@ -74,6 +74,10 @@ class QwenInferenceSpec(ApiModel, rules=[
                  "would send requests after prefix hits vLLM does not have"),
     *POOL_SPEC_RULES,
     *ENV_SPEC_RULES,
+    Rule(cel="!has(self.routing) || !has(self.routing.canary) || !has(self.pools) || size(self.pools) == 0",
+         check=lambda s: s.routing is None or s.routing.canary is None or not s.pools,
+         message="routing.canary cannot be combined with spec.pools: the canary share is one weighted backend of "
+                 "the route, and a pooled fleet's route has a rule per pool; remove one of the two"),
     Rule(cel="!has(self.routing) || !has(self.autoscaling.scaleToZero)",
          check=lambda s: s.routing is None or s.autoscaling.scale_to_zero is None,
          message="spec.routing cannot be combined with autoscaling.scaleToZero: the endpoint picker sends each "
@@ -295,6 +299,14 @@ class PoolStatus(ApiModel):
                                                    "fit in one replica's KV cache (planner).")
 
 
+class TrafficShare(ApiModel):
+    """One backend of the fleet's route and the percent of its requests it is given (routing.canary)."""
+
+    fleet: str = Field(description="The QwenInference (its Service) the share goes to.")
+    percent: int = Field(description="Percent of the route's requests sent there (the HTTPRoute's weights).")
+    role: Literal["stable", "canary"] = Field(description="stable: this fleet; canary: routing.canary.fleet.")
+
+
 class QwenInferenceStatus(ApiModel):
     """Observed state. Conditions follow kstatus: Ready, Reconciling, Stalled."""
 
@@ -326,6 +338,8 @@ class QwenInferenceStatus(ApiModel):
                                             "ModelPrefetching, or Stalled with ModelPrefetchFailed).")
     pools: list[PoolStatus] | None = Field(default=None, description="Length-aware pools (spec.pools), shortest "
                                            "first: the replica counts above are their sums.")
+    traffic: list[TrafficShare] | None = Field(default=None, description="With routing.canary: how the "
+                                               "fleet's route splits its requests, this fleet first, as applied.")
 
 
 NAME_RULE = Rule(
@@ -369,8 +383,18 @@ OWN_CACHE_CLAIM_RULE = Rule(
 )
 
 
+CANARY_NOT_SELF_RULE = Rule(
+    cel="!has(self.spec.routing) || !has(self.spec.routing.canary) || "
+        "self.spec.routing.canary.fleet != self.metadata.name",
+    check=lambda r: r.spec.routing is None or r.spec.routing.canary is None
+    or r.spec.routing.canary.fleet != r.metadata.get("name", ""),
+    message="routing.canary.fleet names this fleet itself: name the other QwenInference (the new revision) that "
+            "gets the canary share",
+)
+
+
 class QwenInference(NamedObject, ApiModel, rules=[NAME_RULE, NAME_FORMAT_RULE, POOL_NAME_RULE,
-                                                  LWS_NAME_RULE, OWN_CACHE_CLAIM_RULE]):
+                                                  LWS_NAME_RULE, OWN_CACHE_CLAIM_RULE, CANARY_NOT_SELF_RULE]):
     """A fleet of vLLM servers for one Qwen model, with its Service and autoscaler."""
 
     api_version: Literal["qwenfleet.io/v1alpha1"] = Field(default="qwenfleet.io/v1alpha1", alias="apiVersion",

@@ -115,6 +115,51 @@ class PriorityClass(ApiModel):
                           "requests without a class are 0 to both.")
 
 
+class KeySecretRef(ApiModel):
+    """A Secret in the fleet's namespace holding API keys: each data key is a client's name, its value that
+    client's key (Envoy Gateway's APIKeyAuth credentialRefs format)."""
+
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN, description="The Secret's name (in "
+                      "the fleet's namespace).")
+
+
+class ApiKeys(ApiModel, rules=[Rule(
+    cel="self.secretRefs.all(a, self.secretRefs.exists_one(b, b.name == a.name))",
+    check=lambda k: len({s.name for s in k.secret_refs}) == len(k.secret_refs),
+    message="routing.auth.apiKeys.secretRefs names must be unique",
+)]):
+    """API keys the gateway checks on every request to the fleet's route."""
+
+    secret_refs: list[KeySecretRef] = Field(min_length=1, max_length=16, description="Secrets of the fleet's "
+                                            "namespace, each data key a client name and its value the client's "
+                                            "key (e.g. kubectl create secret generic qwen-keys "
+                                            "--from-literal=team-a=sk-...). A client sends its key as an "
+                                            "OpenAI client does, Authorization: Bearer <key>; a request without "
+                                            "a known key is answered 401 by the gateway. A key may appear in "
+                                            "only one client of all the Secrets (Envoy Gateway refuses "
+                                            "duplicates). The operator never reads the keys: it checks that each "
+                                            "Secret exists (Stalled APIKeySecretNotFound) by its metadata only.")
+
+
+class RoutingAuth(ApiModel):
+    """Who may call the fleet through the gateway."""
+
+    api_keys: ApiKeys | None = Field(default=None, description="Require an API key (Envoy Gateway's "
+                                     "SecurityPolicy apiKeyAuth on the fleet's HTTPRoute).")
+
+
+class Canary(ApiModel):
+    """Another fleet that gets a share of this fleet's route: the new revision of the same model."""
+
+    fleet: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL, description="The QwenInference in this "
+                       "namespace that receives the canary share. It must serve this fleet's served model name "
+                       "and its adapters (else Stalled CanaryModelMismatch); it does not need spec.routing of "
+                       "its own.")
+    weight: int = Field(ge=0, le=100, description="Percent of the route's requests sent to the canary fleet; "
+                        "this fleet keeps the rest (status.traffic says both). Changing it moves no connection: "
+                        "each new request is split by the new weights.")
+
+
 def on_envoy_gateway(r: RoutingSpec) -> bool:
     return r.gateway is not None and r.gateway.implementation == ENVOY_GATEWAY
 
@@ -144,6 +189,18 @@ class RoutingSpec(ApiModel, rules=[Rule(
     message="routing.endpointPicker.failureMode FailOpen cannot be had behind Envoy Gateway: the picker needs "
             "Envoy's full-duplex body mode, with which Envoy Gateway v1.7.0 refuses failOpen (its ExtProc rule); "
             "remove failureMode (FailClose is the default there) or set it to FailClose",
+), Rule(
+    cel="!has(self.auth) || !has(self.auth.apiKeys) || (has(self.gateway) && has(self.gateway.implementation) && "
+        "self.gateway.implementation == 'EnvoyGateway')",
+    check=lambda r: r.auth is None or r.auth.api_keys is None or on_envoy_gateway(r),
+    message="routing.auth.apiKeys is enforced by Envoy Gateway's SecurityPolicy: set routing.gateway with "
+            "implementation EnvoyGateway; a gateway of another implementation gets no key check from the operator, "
+            "so use serving.apiKeySecretRef there (vLLM's own key check)",
+), Rule(
+    cel="!has(self.canary) || has(self.gateway)",
+    check=lambda r: r.canary is None or r.gateway is not None,
+    message="routing.canary splits the fleet's HTTPRoute by weight: set routing.gateway (the Gateway the route "
+            "attaches to)",
 )]):
     """Inference-aware routing through the Gateway API Inference Extension (v1.5.0)."""
 
@@ -164,3 +221,10 @@ class RoutingSpec(ApiModel, rules=[Rule(
     default_pool: str | None = Field(default=None, min_length=1, max_length=12, pattern=DNS_LABEL,
                                      description="With spec.pools: where a request without the pool header goes. "
                                      "Default: the last (longest) pool, the only one every request fits.")
+    auth: RoutingAuth | None = Field(default=None, description="Access control at the gateway (needs "
+                                     "routing.gateway.implementation EnvoyGateway): API keys from Secrets.")
+    canary: Canary | None = Field(default=None, description="Send a share of this fleet's route to another "
+                                  "fleet serving the same model name (a new revision: other weights or engine "
+                                  "settings). The route's backends are both fleets, weighted; the canary fleet "
+                                  "may route by model to the same Gateway without being Stalled ModelNameClaimed "
+                                  "as long as this fleet claimed the name first. Not with spec.pools.")

@@ -188,4 +188,5 @@ def _routing_kinds(spec: QwenInferenceSpec) -> tuple[str, ...]:
     envoy_gateway = routing.gateway is not None and routing.gateway.implementation == "EnvoyGateway"
     return ("InferencePool", *(("InferenceObjective",) if routing.priority_classes else ()),
             *(("HTTPRoute",) if routing.gateway is not None else ()),
-            *(("EnvoyExtensionPolicy", "BackendTrafficPolicy") if envoy_gateway else ()))
+            *(("EnvoyExtensionPolicy", "BackendTrafficPolicy") if envoy_gateway else ()),
+            *(("SecurityPolicy",) if envoy_gateway and routing.auth is not None and routing.auth.api_keys else ()))

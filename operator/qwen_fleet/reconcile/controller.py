@@ -45,13 +45,16 @@ from qwen_fleet.reconcile.workload import (
     KEDA,
     KEDA_HTTP,
     LWS,
+    SECURITY_POLICY,
     missing_capability,
     pools_rollout_view,
     rollout_view,
     workload_kind,
 )
 from qwen_fleet.render import Capabilities, render_children
+from qwen_fleet.render.canary import canary_problem, traffic_status
 from qwen_fleet.render.common import selector_string
+from qwen_fleet.render.gateway_keys import KEY_SECRET_REASON, key_secret_names
 from qwen_fleet.render.model_claims import REASON as CLAIM_REASON
 from qwen_fleet.render.model_claims import claim_conflict
 from qwen_fleet.render.routing import default_pool, pool_name
@@ -133,6 +136,7 @@ class Controller:
                                                       ENVOY_EXTENSION_POLICY.plural)
                            and await self.kube.api_exists(BACKEND_TRAFFIC_POLICY.api_version,
                                                           BACKEND_TRAFFIC_POLICY.plural)),
+            security_policy=await self.kube.api_exists(SECURITY_POLICY.api_version, SECURITY_POLICY.plural),
         )
 
     async def reconcile(self, key: Key) -> Result | None:
@@ -157,7 +161,8 @@ class Controller:
                 outcome = Outcome.stalled(plan.problems[0].reason, " ".join(p.message for p in plan.problems))
             else:
                 outcome = (missing_capability(plan, self.capabilities) or self._claimed(cr)
-                           or await self._gateway_missing(cr) or Outcome.applied())
+                           or self._canary_blocked(cr) or await self._gateway_missing(cr)
+                           or await self._key_secret_missing(cr) or Outcome.applied())
         result = Result(outcome)
         observed = self.store.children(key)
         refused = self.refused.get(key)
@@ -196,6 +201,33 @@ class Controller:
         message = claim_conflict(cr, self.store.resources.values())
         return Outcome.stalled(CLAIM_REASON, message) if message is not None else None
 
+    def _canary_blocked(self, cr: QwenInference) -> Outcome | None:
+        """routing.canary naming a fleet that does not exist or cannot take the share: Stalled naming both
+        (render/canary.py)."""
+        problem = canary_problem(cr, self.store.resources)
+        return Outcome.stalled(*problem) if problem is not None else None
+
+    async def _key_secret_missing(self, cr: QwenInference) -> Outcome | None:
+        """routing.auth.apiKeys naming a Secret that does not exist: Stalled naming it, nothing applied (Envoy
+        Gateway would refuse the SecurityPolicy and answer the route with a 500 of its own). Only the Secret's
+        metadata is read (PartialObjectMetadata): the keys never reach the operator. A 403 (the chart's
+        rbac.keySecrets false) leaves the check to Envoy Gateway's SecurityPolicy status."""
+        for name in key_secret_names(cr):
+            try:
+                found = await self.kube.metadata_of("v1", "Secret", cr.namespace, name)
+            except KubeError as err:
+                if err.status == 403:
+                    return None
+                return Outcome.retrying(f"looking up Secret {cr.namespace}/{name}: {err.status} {err.reason}")
+            if found is None:
+                return Outcome.stalled(
+                    KEY_SECRET_REASON,
+                    f"routing.auth.apiKeys.secretRefs names Secret {cr.namespace}/{name}, which does not exist: "
+                    "create it (each data key a client name, its value that client's API key: kubectl create "
+                    f"secret generic {name} --from-literal=<client>=<key>) or remove it from secretRefs. Nothing of "
+                    "this spec was applied; the operator retries on its next resync.")
+        return None
+
     async def _gateway_missing(self, cr: QwenInference) -> Outcome | None:
         """routing.gateway naming a Gateway that does not exist: Stalled with the fix (nothing applied). A route
         to it would only sit unattached, and the fleet would look routed while no request can reach it."""
@@ -213,7 +245,7 @@ class Controller:
                 return None
             return Outcome.retrying(f"looking up Gateway {namespace}/{gateway.name}: {err.status} {err.reason}")
         if found is not None:
-            return None
+            return _listener_missing(found, gateway.section_name, f"{namespace}/{gateway.name}")
         return Outcome.stalled(
             "GatewayNotFound",
             f"routing.gateway names Gateway {namespace}/{gateway.name}, which does not exist: create it (of a "
@@ -299,7 +331,7 @@ class Controller:
         old = raw.get("status") or {}
         new = compute_status(old, generation, result.outcome, plan, view, _now(),
                              endpoint=client_endpoint(cr) if cr else None, selector=selector_string(cr) if cr else None,
-                             pools=pools)
+                             pools=pools, traffic=_traffic(cr, result, old))
         patch = status_patch(old, new)
         if patch is not None:
             try:
@@ -350,3 +382,27 @@ class Controller:
                     and prev is not None:
                 self.emit(raw, "Normal", f"{cond['type']}{cond['status']}", cond["message"])
 
+
+def _traffic(cr: QwenInference | None, result: Result, old: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """status.traffic as applied: the spec's split once this reconcile applied it; while Stalled or retrying the
+    route keeps its old weights, and so does the status."""
+    if cr is None or result.outcome.kind != "applied":
+        kept = old.get("traffic")
+        return list(kept) if kept else None
+    return traffic_status(cr)
+
+
+def _listener_missing(gateway: dict[str, Any], section: str | None, where: str) -> Outcome | None:
+    """routing.gateway.sectionName naming no listener of the Gateway: Stalled naming the ones it has (a route to
+    a missing listener sits unattached). Which listener has TLS is the Gateway's business (docs/gateway.md,
+    "TLS"): a fleet picks the HTTPS one by its name."""
+    if section is None:
+        return None
+    listeners = [str(li.get("name")) for li in (gateway.get("spec") or {}).get("listeners") or []]
+    if section in listeners:
+        return None
+    return Outcome.stalled(
+        "GatewayListenerNotFound",
+        f"routing.gateway.sectionName {section} names no listener of Gateway {where}, whose listeners are "
+        f"{', '.join(listeners) or 'none'}: name one of them (e.g. the HTTPS listener, for TLS), or remove sectionName "
+        "to attach to every listener that accepts the route. Nothing of this spec was applied.")

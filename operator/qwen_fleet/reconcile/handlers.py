@@ -82,7 +82,8 @@ def optional_groups(caps: Capabilities) -> set[str]:
     if caps.keda_http:
         groups.add(KEDA_HTTP.group)
     for served, kind in ((caps.inference_pool, INFERENCE_POOL), (caps.inference_objective, INFERENCE_OBJECTIVE),
-                         (caps.http_route, HTTP_ROUTE), (caps.envoy_gateway, ENVOY_EXTENSION_POLICY)):
+                         (caps.http_route, HTTP_ROUTE), (caps.envoy_gateway, ENVOY_EXTENSION_POLICY),
+                         (caps.security_policy, ENVOY_EXTENSION_POLICY)):
         if served:
             groups.add(kind.group)
     return groups

@@ -77,6 +77,9 @@ CHILD_KINDS: tuple[ChildKind, ...] = (
               prunable=True, optional=True),
     ChildKind("BackendTrafficPolicy", "gateway.envoyproxy.io", "v1alpha1", "backendtrafficpolicies",
               prunable=True, optional=True),
+    # routing.auth.apiKeys: the SecurityPolicy that requires a key on the route (pruned when the keys go).
+    ChildKind("SecurityPolicy", "gateway.envoyproxy.io", "v1alpha1", "securitypolicies", prunable=True,
+              optional=True),
 )
 CHILD_KIND = {k.kind: k for k in CHILD_KINDS}
 

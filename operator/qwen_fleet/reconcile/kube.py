@@ -36,10 +36,13 @@ PLURALS: dict[tuple[str, str], str] = {
     ("v1", "Event"): "events",
     ("v1", "Pod"): "pods",
     ("gateway.networking.k8s.io/v1", "Gateway"): "gateways",  # routing.gateway: looked up, never written
+    ("v1", "Secret"): "secrets",  # routing.auth.apiKeys: their metadata looked up by name, never data or writes
     (API_VERSION, KIND): PLURAL,
     (API_VERSION, BATCH_KIND): BATCH_PLURAL,
 }
 
+# A GET answered with the object's metadata alone (the apiserver's PartialObjectMetadata), never its data.
+METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
 # JSON is YAML except in one respect: YAML has no surrogate-pair escapes. json.dumps writes a character beyond
 # the BMP (an emoji in an annotation or an argument) as "\ud83e\udd99", which the apiserver's YAML decoder of
@@ -168,8 +171,8 @@ class KubeClient:
     # --- raw requests ---------------------------------------------------------------------------------
 
     def _request_sync(self, method: str, path: str, query: Mapping[str, str] | None = None, body: Any = None,
-                      content_type: str | None = None) -> Any:
-        headers = {"Accept": "application/json"}
+                      content_type: str | None = None, accept: str = "application/json") -> Any:
+        headers = {"Accept": accept}
         if content_type:
             headers["Content-Type"] = content_type
         try:
@@ -189,12 +192,12 @@ class KubeClient:
         return json.loads(raw) if raw else None
 
     async def request(self, method: str, path: str, query: Mapping[str, str] | None = None, body: Any = None,
-                      content_type: str | None = None) -> Any:
+                      content_type: str | None = None, accept: str = "application/json") -> Any:
         if method != "GET":
             self.writes[method] += 1
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.pool, lambda: self._request_sync(method, path, query, body,
-                                                                                  content_type))
+                                                                                  content_type, accept))
 
     # --- verbs ----------------------------------------------------------------------------------------
 
@@ -255,6 +258,17 @@ class KubeClient:
                                    {"fieldSelector": f"metadata.name={name}"})
         items = (found or {}).get("items") or []
         return {**items[0], "apiVersion": api_version, "kind": kind} if items else None
+
+    async def metadata_of(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The object's metadata only (a PartialObjectMetadata GET), or None when it does not exist: for Secrets,
+        whose data the operator must never hold (routing.auth.apiKeys: it checks that the key Secrets exist)."""
+        try:
+            found = await self.request("GET", object_path(api_version, kind, namespace, name), accept=METADATA_ONLY)
+        except KubeError as err:
+            if err.status == 404:
+                return None
+            raise
+        return dict((found or {}).get("metadata") or {})
 
     async def api_exists(self, group_version: str, plural: str) -> bool:
         """Whether the cluster serves a resource (optional CRDs such as ServiceMonitor)."""

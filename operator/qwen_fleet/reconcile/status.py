@@ -198,7 +198,8 @@ def pools_status(plan: Plan, deployments: dict[str, dict[str, Any] | None], head
 
 def compute_status(old_status: dict[str, Any] | None, generation: int, outcome: Outcome, plan: Plan | None,
                    observed: Observed, now: str, endpoint: str | None = None,
-                   selector: str | None = None, pools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                   selector: str | None = None, pools: list[dict[str, Any]] | None = None,
+                   traffic: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     old_status = old_status or {}
     old = list(old_status.get("conditions") or [])
     status: dict[str, Any] = {}
@@ -270,6 +271,8 @@ def compute_status(old_status: dict[str, Any] | None, generation: int, outcome: 
         status["prefetch"] = observed.prefetch.status()
     if pools:
         status["pools"] = pools
+    if traffic:
+        status["traffic"] = traffic
     return status
 
 

@@ -27,6 +27,7 @@ INFERENCE_OBJECTIVE = CHILD_KIND["InferenceObjective"]
 HTTP_ROUTE = CHILD_KIND["HTTPRoute"]
 ENVOY_EXTENSION_POLICY = CHILD_KIND["EnvoyExtensionPolicy"]
 BACKEND_TRAFFIC_POLICY = CHILD_KIND["BackendTrafficPolicy"]
+SECURITY_POLICY = CHILD_KIND["SecurityPolicy"]
 
 
 def workload_kind(nodes: int) -> str:
@@ -67,7 +68,8 @@ def missing_routing_api(plan: Plan, caps: Capabilities) -> Outcome | None:
               (INFERENCE_OBJECTIVE, caps.inference_objective, "routing.priorityClasses"),
               (HTTP_ROUTE, caps.http_route, "routing.gateway"),
               (ENVOY_EXTENSION_POLICY, caps.envoy_gateway, "routing.gateway.implementation EnvoyGateway"),
-              (BACKEND_TRAFFIC_POLICY, caps.envoy_gateway, "routing.gateway.implementation EnvoyGateway")]
+              (BACKEND_TRAFFIC_POLICY, caps.envoy_gateway, "routing.gateway.implementation EnvoyGateway"),
+              (SECURITY_POLICY, caps.security_policy, "routing.auth.apiKeys")]
     for kind, served, field in needed:
         if kind.kind in plan.routing_kinds and not served:
             if kind is HTTP_ROUTE:

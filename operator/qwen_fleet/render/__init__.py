@@ -11,6 +11,7 @@ from qwen_fleet.render.autoscaler import render_hpa
 from qwen_fleet.render.deployment import render_deployment
 from qwen_fleet.render.disruption import render_pdb
 from qwen_fleet.render.extras import render_model_cache_claim, render_preflight_config_map
+from qwen_fleet.render.gateway_keys import key_secret_names, render_security_policy
 from qwen_fleet.render.keda import render_scaled_object
 from qwen_fleet.render.leaderworkerset import render_leader_worker_set
 from qwen_fleet.render.monitoring import render_prometheus_rule, render_service_monitor
@@ -39,11 +40,12 @@ class Capabilities:
     inference_objective: bool = False
     # routing.gateway.implementation EnvoyGateway needs Envoy Gateway's policy kinds; without them, Stalled.
     envoy_gateway: bool = False
+    security_policy: bool = False  # routing.auth.apiKeys: Envoy Gateway's SecurityPolicy
 
 
 ALL_CAPABILITIES = Capabilities(service_monitor=True, prometheus_rule=True, leader_worker_set=True, keda=True,
                                 keda_http=True, inference_pool=True, http_route=True, inference_objective=True,
-                                envoy_gateway=True)
+                                envoy_gateway=True, security_policy=True)
 
 
 def render_children(cr: QwenInference, plan: Plan, caps: Capabilities) -> list[dict[str, Any]]:
@@ -78,4 +80,6 @@ def render_children(cr: QwenInference, plan: Plan, caps: Capabilities) -> list[d
         children.append(render_prometheus_rule(cr))
     if spec.routing is not None:  # last: the fleet's own children never wait on the routing ones
         children += render_routing(cr)
+        if key_secret_names(cr):  # routing.auth.apiKeys (Envoy Gateway only: the CRD's rule)
+            children.append(render_security_policy(cr))
     return [stamped(child) for child in children]

@@ -6,6 +6,8 @@ fleet that claimed it first keeps it and any later one is Stalled naming the fir
 "First" is the older QwenInference (creationTimestamp, then namespace/name): the order every replica of the
 operator reads the same from the objects alone, without keeping state of its own.
 
+A fleet that names a later one as its routing.canary does not hold its names against it (render/canary.py).
+
 Every listener of a Gateway counts as one: a route without sectionName attaches to all of them, and a client that
 reaches two listeners with one model name would not know which fleet answers.
 """
@@ -35,6 +37,15 @@ def _order(meta: Mapping[str, Any]) -> tuple[str, str, str]:
     return str(meta.get("creationTimestamp") or "9999"), str(meta.get("namespace") or ""), str(meta.get("name"))
 
 
+def _declares_canary(first: QwenInference, later: QwenInference) -> bool:
+    """Whether ``first`` sends a canary share of its route to ``later`` (routing.canary): the pair serves one name
+    on purpose. Requests for it match the first's route (Gateway API gives the older of two equal matches
+    precedence, the order used here), which splits them by weight; the later's own route takes them only when the
+    first's is gone (the canary promoted)."""
+    canary = first.spec.routing.canary if first.spec.routing is not None else None
+    return canary is not None and canary.fleet == later.name and first.namespace == later.namespace
+
+
 def claim_conflict(cr: QwenInference, others: Iterable[Mapping[str, Any]]) -> str | None:
     """The Stalled message when a name ``cr`` routes by on its Gateway is already claimed there, else None.
     ``others`` are the raw QwenInferences the operator sees (``cr`` among them is skipped); one whose spec does
@@ -57,6 +68,8 @@ def claim_conflict(cr: QwenInference, others: Iterable[Mapping[str, Any]]) -> st
         try:
             other = QwenInference.model_validate({"metadata": other_meta, "spec": spec})
         except ValidationError:
+            continue
+        if _declares_canary(other, cr):
             continue
         shared = [n for n in model_names(other) if n in mine]
         if shared and (first is None or order < first[0]):

@@ -21,6 +21,9 @@
   (loadBalancer.endpointOverride) and, on a connect failure or reset, retries the picker's next fallback.
   The picker then serves plain gRPC (Envoy Gateway would need a Backend with TLS verification turned off for
   its self-signed certificate).
+- With routing.canary, the route's backendRefs are this fleet's and the canary fleet's (Service or InferencePool),
+  weighted by percent (render/canary.py checks the canary; routing.auth.apiKeys' SecurityPolicy is in
+  render/gateway_keys.py).
 - With spec.pools (length-aware pools), all of the above but the route once per pool (``Target``): the
   InferencePool ``<fleet>-<pool>`` over that pool's pods, its own picker ``<fleet>-<pool>-epp`` (a v1.5.0 picker
   serves one pool), its objectives ``<fleet>-<pool>-<class>``; the one HTTPRoute has a rule per pool matching
@@ -359,14 +362,34 @@ def _route_rule(cr: QwenInference, target: Target) -> dict[str, Any]:
         # after it, so that pool's EnvoyExtensionPolicy can target that rule alone (sectionName).
         backend: dict[str, Any] = {"group": "", "kind": "Service", "name": cr.name, "port": cr.spec.service.port}
         named = {"name": target.pool} if target.pool is not None else {}
-        return {**named, "matches": matches, "backendRefs": [backend],
+        return {**named, "matches": matches, "backendRefs": _weighted(cr, backend),
                 "timeouts": {"request": routing.gateway.request_timeout}}
-    return {"matches": matches,
-            "backendRefs": [{"group": POOL_GROUP, "kind": "InferencePool", "name": target.name}],
+    backend = {"group": POOL_GROUP, "kind": "InferencePool", "name": target.name}
+    return {"matches": matches, "backendRefs": _weighted(cr, backend),
             "timeouts": {"request": routing.gateway.request_timeout}}
 
 
-def _route_target(cr: QwenInference, target: Target | None = None) -> dict[str, Any]:
+def traffic_split(cr: QwenInference) -> list[tuple[str, int]]:
+    """routing.canary: (fleet, percent) of the route's backends, this fleet first; without a canary, this fleet
+    alone at 100."""
+    canary = _routing(cr).canary
+    if canary is None:
+        return [(cr.name, 100)]
+    return [(cr.name, 100 - canary.weight), (canary.fleet, canary.weight)]
+
+
+def _weighted(cr: QwenInference, backend: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rule's backendRefs: this fleet's backend, and with routing.canary the canary fleet's of the same kind
+    (its Service on the same port, or its InferencePool, named as the fleet: the reconcile checks both exist and
+    match, reconcile/canary.py), each weighted by its percent. Gateway API splits a rule's requests among its
+    backendRefs in proportion to their weights; a weight of 0 gets none. Without a canary the backend has no
+    weight (Gateway API's default, 1, for a single backend)."""
+    if _routing(cr).canary is None:
+        return [backend]
+    return [{**backend, "name": fleet, "weight": percent} for fleet, percent in traffic_split(cr)]
+
+
+def route_target(cr: QwenInference, target: Target | None = None) -> dict[str, Any]:
     ref = {"group": GATEWAY_GROUP, "kind": "HTTPRoute", "name": cr.name}
     return {**ref, "sectionName": target.pool} if target is not None and target.pool is not None else ref
 
@@ -387,7 +410,7 @@ def render_extension_policy(cr: QwenInference, target: Target | None = None) -> 
         "kind": "EnvoyExtensionPolicy",
         "metadata": metadata(cr, name=epp_name(cr, target), labels=_labels(cr, target)),
         "spec": {
-            "targetRefs": [_route_target(cr, target)],
+            "targetRefs": [route_target(cr, target)],
             "extProc": [{
                 "backendRefs": [{"group": "", "kind": "Service", "name": epp_name(cr, target), "port": GRPC_PORT}],
                 "processingMode": {"request": streamed(), "response": streamed()},
@@ -407,7 +430,7 @@ def render_backend_traffic_policy(cr: QwenInference) -> dict[str, Any]:
         "kind": "BackendTrafficPolicy",
         "metadata": metadata(cr, labels=common_labels(cr)),
         "spec": {
-            "targetRefs": [_route_target(cr)],
+            "targetRefs": [route_target(cr)],
             "loadBalancer": {"type": "LeastRequest",
                              "endpointOverride": {"extractFrom": [{"header": DESTINATION_HEADER}]}},
             "retry": {"numRetries": PICKER_ENDPOINTS - 1,
