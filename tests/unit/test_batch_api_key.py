@@ -315,3 +315,12 @@ def test_the_golden_names_the_secret_and_holds_no_key() -> None:
     docs = list(yaml.safe_load_all((FIXTURES / "batch-keyed-fleet.golden.yaml").read_text()))
     text = json.dumps(docs)
     assert "qwen-vllm-key" in text and "sk-" not in text
+
+
+def test_url_redaction_said_twice_says_the_same() -> None:
+    # Messages are redacted where a URL is said and again by the log filter: "?..." must survive the second pass.
+    from qwen_fleet.batchrun.redact import redact_urls
+
+    once = redact_urls("cannot read the input https://u:p@h/in.jsonl?X-Amz-Signature=s: 404.")
+    assert once == "cannot read the input https://***@h/in.jsonl?...: 404."
+    assert redact_urls(once) == once

@@ -5,9 +5,9 @@ credential in the query string) or carries ``user:password@``. Status, Events an
 than the spec, so wherever the batch reports a URL it reports ``scheme://host[:port]/path`` only, with ``?...``
 in place of a query and ``***@`` in place of userinfo, saying that something was left out.
 
-The fleet's API key (batchrun/runner.py ``API_KEY_ENV``) is in the runner's memory only: ``redact`` puts ``***``
-where it, or any ``Bearer`` credential, would appear in text the runner writes (records' error messages, logs, its
-last words: ``redact_keys``), and ``RedactingFilter`` does the same, URLs too, for every log record.
+The fleet's API key (batchrun/runner.py ``API_KEY_ENV``) is in the runner's memory only: ``redact_keys`` puts
+``***`` where it, or any ``Bearer`` credential, would appear in text the runner writes (records' error messages,
+its last words), and ``RedactingFilter`` does the same, URLs too, for every log record.
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ def redact_keys(text: str, *secrets: str) -> str:
 
 
 class RedactingFilter(logging.Filter):
-    """On a handler: every record it emits goes through ``redact`` (its arguments merged into the message)."""
+    """On a handler: every record it emits goes through ``redact_keys`` and ``redact_urls`` (its arguments merged
+    into the message first)."""
 
     def __init__(self, *secrets: str) -> None:
         super().__init__()
