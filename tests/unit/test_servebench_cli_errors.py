@@ -32,3 +32,9 @@ def test_missing_kubeconfig(tmp_path: Path) -> None:
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert done.stderr.startswith("qwen-fleet bench-serving: no usable kubeconfig")
+
+
+def test_a_malformed_api_key_secret_is_refused_before_any_cluster_call(tmp_path: Path) -> None:
+    done = _run("my-fleet", "--kubeconfig", str(tmp_path / "absent"), "--api-key-secret", "keys:")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("qwen-fleet bench-serving: --api-key-secret must be NAME or NAME:KEY, not 'keys:'")

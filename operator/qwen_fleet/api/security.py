@@ -8,6 +8,7 @@ beyond that is an explicit, typed opt-in here, never a free-form securityContext
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import Field
@@ -29,6 +30,14 @@ class ApiKeySecretRef(ApiModel):
     name: str = Field(description="Name of the Secret.", min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
     key: str = Field(default="api-key", description="Key inside the Secret.", min_length=1, max_length=253,
                      pattern=r"^[-._a-zA-Z0-9]+$")
+
+
+def fleet_api_key_ref(fleet: Mapping[str, Any]) -> ApiKeySecretRef | None:
+    """The Secret key a fleet's vLLM checks (``spec.serving.apiKeySecretRef``), from the QwenInference as the API
+    returns it; None for a fleet that takes requests without a key. Its clients (a QwenBatch's Job, the
+    bench-serving Job) reference the same key, never a copy of it."""
+    raw = ((fleet.get("spec") or {}).get("serving") or {}).get("apiKeySecretRef")
+    return ApiKeySecretRef.model_validate(raw) if raw else None
 
 
 class PodSecurity(ApiModel):

@@ -6,7 +6,9 @@ Three ways, one per place in the Job:
   and the ones still to do to FILE, for ``vllm run-batch`` (which stops at the first malformed line);
 - ``--follow`` (dedicated, a sidecar): report the output's counts until the pod ends.
 Exit status: 0 when every line has its verdict; 2 when the input cannot be read or the arguments are wrong;
-3 when the output cannot be written. Nothing here imports the operator's controller.
+3 when the output cannot be written; 4 when the fleet answers 401 (its API key is missing or wrong: the key is
+read from ``$QWEN_FLEET_API_KEY``, which the Job sets from the fleet's Secret). Nothing here imports the
+operator's controller.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from typing import Any
 
 from qwen_fleet.batchrun.kube import KubeApi, KubeCallFailed, report_status
 from qwen_fleet.batchrun.lines import dumps, invalid, parse_lines, read_done
-from qwen_fleet.batchrun.redact import redact_url, redact_urls
-from qwen_fleet.batchrun.runner import Report, Settings, run_batch
+from qwen_fleet.batchrun.redact import RedactingFilter, redact_keys, redact_url, redact_urls
+from qwen_fleet.batchrun.runner import API_KEY_ENV, Report, Settings, Unauthorized, run_batch
 from qwen_fleet.batchrun.sinks import ConfigMapSink, DirectorySink, FlushPolicy, Sink, SinkFull
 
 log = logging.getLogger("qwen_fleet.batchrun")
@@ -201,8 +203,18 @@ def follow_output(args: argparse.Namespace, report: Report | None, stop: threadi
             return
 
 
-def batch_run_command(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
+def _log_redacted(api_key: str) -> None:
+    """Log to stderr with the key (and any Bearer credential, any URL's query) redacted from every record."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    for handler in logging.getLogger().handlers:
+        for old in [f for f in handler.filters if isinstance(f, RedactingFilter)]:
+            handler.removeFilter(old)
+        handler.addFilter(RedactingFilter(api_key))
+
+
+def batch_run_command(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
+    api_key = os.environ.get(API_KEY_ENV, "").strip()
+    _log_redacted(api_key)
     try:
         report = _reporter(args)
         if args.stage:
@@ -216,7 +228,7 @@ def batch_run_command(args: argparse.Namespace, stop: threading.Event | None = N
             return 0
         if not args.endpoint:
             raise Usage("--endpoint is required (or --stage / --follow)")
-        settings = Settings(endpoint=args.endpoint.rstrip("/"), concurrency=max(1, args.concurrency),
+        settings = Settings(endpoint=args.endpoint.rstrip("/"), api_key=api_key, concurrency=max(1, args.concurrency),
                             priority=args.priority, max_retries=max(0, args.max_retries), timeout=args.timeout,
                             retry_base_seconds=args.retry_base_seconds, report_seconds=args.report_seconds)
         sink = _sink(args)
@@ -230,10 +242,13 @@ def batch_run_command(args: argparse.Namespace, stop: threading.Event | None = N
         log.info("done: %d completed, %d failed of %d", progress.completed, progress.failed, progress.total)
         return 0
     except Usage as err:
-        print(f"qwen-fleet batch-run: {err}", file=sys.stderr)
+        print(f"qwen-fleet batch-run: {redact_keys(str(err), api_key)}", file=sys.stderr)
         return 2
+    except Unauthorized as err:
+        print(f"qwen-fleet batch-run: {redact_keys(str(err), api_key)}", file=sys.stderr)
+        return 4
     except (SinkFull, KubeCallFailed, OSError) as err:
-        print(f"qwen-fleet batch-run: cannot write the output: {err}", file=sys.stderr)
+        print(f"qwen-fleet batch-run: cannot write the output: {redact_keys(str(err), api_key)}", file=sys.stderr)
         return 3
 
 

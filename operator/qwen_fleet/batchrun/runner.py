@@ -15,21 +15,32 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from qwen_fleet.batchrun.lines import Done, Line, answered, dumps, invalid, parse_lines, succeeded, unanswered
+from qwen_fleet.batchrun.redact import REDACTED, redact_keys, redact_url
 from qwen_fleet.batchrun.sinks import Sink
 
 log = logging.getLogger("qwen_fleet.batchrun")
 Report = Callable[[dict[str, Any]], None]
 RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+# Where the runner finds the fleet's API key: its Job sets it from the Secret key the fleet's vLLM checks
+# (serving.apiKeySecretRef, through secretKeyRef). An environment variable, never an argument: a pod's
+# arguments are in its spec, which more people read than the Secret.
+API_KEY_ENV = "QWEN_FLEET_API_KEY"
+
+
+class Unauthorized(Exception):
+    """The fleet answered 401: without the right key no line can succeed, so the run stops rather than write
+    every line to errors.jsonl; the lines not yet answered are sent by the next run (with the key fixed)."""
 
 
 @dataclass(frozen=True)
 class Settings:
     endpoint: str  # http://<fleet>.<namespace>.svc:8000, no trailing slash
+    api_key: str = field(default="", repr=False)  # sent as Authorization: Bearer; never printed
     concurrency: int = 4
     priority: int | None = 10
     max_retries: int = 3
@@ -87,19 +98,24 @@ def _post(settings: Settings, line: Line) -> tuple[int, str, Any]:
     body = dict(line.body or {})
     if settings.priority is not None:
         body["priority"] = settings.priority
+    headers = {"Content-Type": "application/json", "X-Request-Id": str(line.custom_id)}
+    if settings.api_key:
+        headers["Authorization"] = f"Bearer {settings.api_key}"
     req = urllib.request.Request(settings.endpoint + line.url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json", "X-Request-Id": str(line.custom_id)})
+                                 headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=settings.timeout) as resp:
-            status, headers, raw = resp.status, resp.headers, resp.read()
+            status, answer, raw = resp.status, resp.headers, resp.read()
     except urllib.error.HTTPError as err:
-        status, headers, raw = err.code, err.headers, err.read()
+        status, answer, raw = err.code, err.headers, err.read()
+    if settings.api_key:  # a server that echoes the request (a debugging proxy) must not put the key in a record
+        raw = raw.replace(settings.api_key.encode(), REDACTED.encode())
     try:
         parsed: Any = json.loads(raw) if raw else None
     except ValueError:
         parsed = raw.decode(errors="replace")[:2000]
-    request_id = headers.get("X-Request-Id") or (parsed.get("id") if isinstance(parsed, dict) else None) or ""
-    return status, str(request_id), parsed
+    request_id = answer.get("X-Request-Id") or (parsed.get("id") if isinstance(parsed, dict) else None) or ""
+    return status, redact_keys(str(request_id), settings.api_key), parsed
 
 
 def _error_message(body: Any) -> str:
@@ -110,18 +126,37 @@ def _error_message(body: Any) -> str:
     return str(body or "")
 
 
+def unauthorized_message(settings: Settings, said: str) -> str:
+    """What a 401 means, for the pod's last words (the batch's Failed condition): which key, and the fix."""
+    where = redact_url(settings.endpoint)
+    if not settings.api_key:
+        why = (f"the API key is missing: the fleet requires one and the runner sent none (${API_KEY_ENV} is unset). "
+               "The operator sets it from the fleet's serving.apiKeySecretRef when it creates the batch's Job; a "
+               "batch created before the fleet required a key has none: delete the QwenBatch and create it again "
+               "(with the same output it resumes)")
+    else:
+        why = (f"the API key is wrong: the fleet refused the key in ${API_KEY_ENV}, read from the Secret key its "
+               "serving.apiKeySecretRef names. Check that the fleet's pods were restarted after the Secret changed "
+               "(vLLM reads VLLM_API_KEY at start), then delete the QwenBatch and create it again (it resumes)")
+    return redact_keys(f"{where} answered 401 Unauthorized ({said or 'no message'}): {why}", settings.api_key)
+
+
 def send_one(settings: Settings, line: Line, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
-    """The line's verdict after up to ``max_retries`` retries of connection errors, timeouts, 408/429/5xx."""
+    """The line's verdict after up to ``max_retries`` retries of connection errors, timeouts, 408/429/5xx.
+    Raises Unauthorized on a 401: no retry, and no other line, can succeed with that key."""
     attempt = 0
     while True:
         try:
             status, request_id, body = _post(settings, line)
         except (OSError, ValueError) as err:  # refused, reset, timed out, DNS
-            problem: tuple[str, str] | None = ("connection_error", f"{type(err).__name__}: {err}")
+            problem: tuple[str, str] | None = ("connection_error",
+                                               redact_keys(f"{type(err).__name__}: {err}", settings.api_key))
         else:
             if 200 <= status < 300:
                 return answered(line, status, request_id, body, None)
-            message = _error_message(body)
+            message = redact_keys(_error_message(body), settings.api_key)
+            if status == 401:
+                raise Unauthorized(unauthorized_message(settings, message[:500]))
             error = {"code": str(status), "message": str(message or "")[:2000]}
             if status not in RETRIED_STATUSES or attempt >= settings.max_retries:
                 return answered(line, status, request_id, body, error)

@@ -32,6 +32,7 @@ from pydantic import ValidationError
 from qwen_fleet.api import API_VERSION, GROUP, VERSION
 from qwen_fleet.api.batch import BATCH_KIND, BATCH_PLURAL, QwenBatch
 from qwen_fleet.api.messages import validation_message
+from qwen_fleet.api.security import fleet_api_key_ref
 from qwen_fleet.config import OperatorConfig
 from qwen_fleet.reconcile import adapter
 from qwen_fleet.reconcile.batch import (
@@ -109,7 +110,9 @@ class BatchController:
             if self.refused.get(key) == (uid, generation):
                 return  # refused for this generation: the status says so; the resync gives it one more try
             port = fleet_port(fleet) if fleet is not None else 8000
-            children = render_batch_children(batch, self.config.runner_image, self.config.default_image, port)
+            api_key = fleet_api_key_ref(fleet) if fleet is not None else None  # vLLM's key: the runner sends it
+            children = render_batch_children(batch, self.config.runner_image, self.config.default_image, port,
+                                             api_key)
             found = await asyncio.gather(*(self.kube.find(c["apiVersion"], c["kind"], key[0], c["metadata"]["name"])
                                            for c in children))
             held = foreign_children(key[1], API_VERSION, found, BATCH_LABEL)

@@ -15,6 +15,8 @@ from typing import Any
 
 from qwen_fleet.api import API_VERSION
 from qwen_fleet.api.batch import BATCH_KIND, BATCH_PLURAL, QwenBatch
+from qwen_fleet.api.security import ApiKeySecretRef
+from qwen_fleet.batchrun.runner import API_KEY_ENV
 from qwen_fleet.config import MANAGED_BY
 from qwen_fleet.plan import MODEL_MOUNT, default_shm_bytes
 from qwen_fleet.plan import quantities as q
@@ -110,13 +112,18 @@ def fleet_endpoint(batch: QwenBatch, port: int) -> str:
     return f"http://{batch.spec.fleet_ref.name}.{batch.namespace}.svc:{port}"
 
 
-def _fleet_pod(batch: QwenBatch, image: str, port: int) -> dict[str, Any]:
+def _fleet_pod(batch: QwenBatch, image: str, port: int, api_key: ApiKeySecretRef | None) -> dict[str, Any]:
     spec = batch.spec
     volumes, mounts, input_args, output_args = _volumes(batch)
     args = [*input_args, *output_args, "--endpoint", fleet_endpoint(batch, port),
             "--concurrency", str(spec.concurrency), "--priority", str(spec.priority),
             "--max-retries", str(spec.max_retries), "--timeout", str(spec.request_timeout_seconds)]
-    return {"containers": [_runner(batch, image, "runner", args, mounts)], "volumes": volumes,
+    runner = _runner(batch, image, "runner", args, mounts)
+    if api_key is not None:
+        # The fleet's own Secret key, resolved by the kubelet: the key is in no argument, object or log of ours.
+        runner["env"].append({"name": API_KEY_ENV,
+                              "valueFrom": {"secretKeyRef": {"name": api_key.name, "key": api_key.key}}})
+    return {"containers": [runner], "volumes": volumes,
             "securityContext": restricted_pod_context(RUNNER_UID, RUNNER_UID)}
 
 
@@ -220,10 +227,13 @@ def _placement(batch: QwenBatch) -> dict[str, Any]:
     return out
 
 
-def render_job(batch: QwenBatch, runner_image: str, engine_image: str, fleet_port: int = 8000) -> dict[str, Any]:
+def render_job(batch: QwenBatch, runner_image: str, engine_image: str, fleet_port: int = 8000,
+               api_key: ApiKeySecretRef | None = None) -> dict[str, Any]:
+    """The batch's Job. Through a fleet, ``api_key`` is the fleet's ``serving.apiKeySecretRef`` (api/security.py
+    ``fleet_api_key_ref``): the runner sends that key, read from the same Secret."""
     spec = batch.spec
     labels = batch_labels(batch)
-    pod = _fleet_pod(batch, runner_image, fleet_port) if spec.fleet_ref is not None \
+    pod = _fleet_pod(batch, runner_image, fleet_port, api_key) if spec.fleet_ref is not None \
         else _dedicated_pod(batch, runner_image, engine_image)
     pod.update(_placement(batch))
     pod.update({"restartPolicy": "Never", "serviceAccountName": runner_name(batch), "enableServiceLinks": False})
@@ -271,8 +281,8 @@ def render_output_configmap(batch: QwenBatch) -> dict[str, Any] | None:
             "metadata": {"name": sink.name, "namespace": batch.namespace, "labels": {BATCH_LABEL: batch.name}}}
 
 
-def render_batch_children(batch: QwenBatch, runner_image: str, engine_image: str,
-                          fleet_port: int = 8000) -> list[dict[str, Any]]:
+def render_batch_children(batch: QwenBatch, runner_image: str, engine_image: str, fleet_port: int = 8000,
+                          api_key: ApiKeySecretRef | None = None) -> list[dict[str, Any]]:
     """Everything, in the order it is applied: the output first, the Job last (its pod needs the rest)."""
     out = [c for c in (render_output_configmap(batch),) if c is not None]
-    return [*out, *render_runner_rbac(batch), render_job(batch, runner_image, engine_image, fleet_port)]
+    return [*out, *render_runner_rbac(batch), render_job(batch, runner_image, engine_image, fleet_port, api_key)]

@@ -78,16 +78,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the engine setting the fleet keeps afterwards (default: what it had)")
     parser.add_argument("--ready-timeout", type=float, default=1800, help="seconds to wait for each rollout")
     parser.add_argument("--job-timeout", type=int, default=3600, help="seconds one client run may take")
+    parser.add_argument("--api-key-secret", metavar="NAME[:KEY]",
+                        help="a Secret of the namespace whose key the client sends (Authorization: Bearer), "
+                             "through a secretKeyRef of its Job; without :KEY the Secret's first key in sorted "
+                             "order. Default: the fleet's serving.apiKeySecretRef, if it has one")
     add_sweep_arguments(parser, "16,32,64,128,256", "2048,4096,8192", Workload())
 
 
 def command(args: argparse.Namespace) -> int:
     from kubernetes import config
 
-    from qwen_fleet.servebench.cluster import ClusterTarget
+    from qwen_fleet.servebench.cluster import ClusterTarget, KeySecretProblem, parse_key_secret, resolve_api_key
 
     try:
         seqs, tokens, workload, rule = sweep_inputs(args)
+        if args.api_key_secret is not None:
+            parse_key_secret(args.api_key_secret)
     except ValueError as err:
         print(f"qwen-fleet bench-serving: {err}", file=sys.stderr)
         return 2
@@ -108,6 +114,11 @@ def command(args: argparse.Namespace) -> int:
         target = ClusterTarget(api, args.namespace, args.fleet, workload, args.ready_timeout, args.job_timeout)
         fleet = target.get()
         original = (fleet.get("spec") or {}).get("engine") or {}
+        target.api_key, said = resolve_api_key(target.core, args.namespace, fleet, args.api_key_secret)
+        print(said, flush=True)
+    except KeySecretProblem as err:
+        print(f"qwen-fleet bench-serving: {err}", file=sys.stderr)
+        return 2
     except config.ConfigException as err:
         print(f"qwen-fleet bench-serving: no usable kubeconfig: {err}", file=sys.stderr)
         return 2

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from qwen_fleet.api import GROUP, PLURAL, VERSION
+from qwen_fleet.api.security import ApiKeySecretRef
 from qwen_fleet.servebench.client import LAUNCHER, Workload, client_args, parse_result
 from qwen_fleet.servebench.sweep import Row, Setting
 
@@ -26,6 +27,9 @@ RESULT_DIR = "/tmp/qwen-fleet-bench"
 RESULT_FILE = "result.json"
 RESULT_MARKER = "=== qwen-fleet bench-serving result ==="
 MANAGED_BY = "qwen-fleet-bench-serving"
+# vLLM 0.32's benchmark client sends $OPENAI_API_KEY as Authorization: Bearer on every request
+# (vllm/benchmarks/lib/endpoint_request_func.py _get_headers).
+CLIENT_API_KEY_ENV = "OPENAI_API_KEY"
 State = Literal["ready", "waiting", "stalled"]
 
 
@@ -59,9 +63,10 @@ def _arg(args: list[str], flag: str) -> str | None:
 
 
 def render_bench_job(deployment: Mapping[str, Any], endpoint: str, workload: Workload, job_name: str,
-                     deadline_s: int) -> dict[str, Any]:
+                     deadline_s: int, api_key: ApiKeySecretRef | None = None) -> dict[str, Any]:
     """A Job that runs ``vllm bench serve`` once against ``endpoint`` (the fleet's Service URL, ``/v1`` or not)
-    with the image, environment and model volumes of the fleet's server container, and prints the result."""
+    with the image, environment and model volumes of the fleet's server container, and prints the result.
+    ``api_key``: the Secret key the client sends (as $OPENAI_API_KEY, from a secretKeyRef: never in the Job)."""
     pod = deployment["spec"]["template"]["spec"]
     server = next(c for c in pod["containers"] if c["name"] == "vllm")
     args = list(server.get("args", []))
@@ -81,12 +86,16 @@ def render_bench_job(deployment: Mapping[str, Any], endpoint: str, workload: Wor
     script = f'python3 -c "$0" "$@" && echo "{RESULT_MARKER}" && cat {RESULT_DIR}/{RESULT_FILE}'
     labels = {"app.kubernetes.io/managed-by": MANAGED_BY,
               "app.kubernetes.io/instance": deployment["metadata"]["name"]}
+    env = [e for e in copy.deepcopy(server.get("env", [])) if api_key is None or e["name"] != CLIENT_API_KEY_ENV]
+    if api_key is not None:
+        env.append({"name": CLIENT_API_KEY_ENV,
+                    "valueFrom": {"secretKeyRef": {"name": api_key.name, "key": api_key.key}}})
     container = {
         "name": "bench",
         "image": server["image"],
         "imagePullPolicy": server.get("imagePullPolicy", "IfNotPresent"),
         "command": ["sh", "-c", script, LAUNCHER, *bench],
-        "env": copy.deepcopy(server.get("env", [])),
+        "env": env,
         "volumeMounts": mounts,
         # The client is one asyncio process; it must not be CPU-starved, or its own delays enter the figures.
         "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
@@ -124,7 +133,8 @@ class ClusterTarget:
     delete on jobs, list pods and get pods/log in the namespace."""
 
     def __init__(self, api_client: Any, namespace: str, name: str, workload: Workload,
-                 ready_timeout_s: float = 1800, job_timeout_s: int = 3600, poll_s: float = 5) -> None:
+                 ready_timeout_s: float = 1800, job_timeout_s: int = 3600, poll_s: float = 5,
+                 api_key: ApiKeySecretRef | None = None) -> None:
         from kubernetes import client
 
         # Any: the client's generated types mark every field Optional and return plain objects for custom
@@ -136,6 +146,7 @@ class ClusterTarget:
         self.namespace, self.name, self.workload = namespace, name, workload
         self.ready_timeout_s, self.job_timeout_s, self.poll_s = ready_timeout_s, job_timeout_s, poll_s
         self.runs = 0
+        self.api_key = api_key  # the Secret key the client Job sends (resolve_api_key)
 
     def get(self) -> dict[str, Any]:
         return dict(self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name))
@@ -173,7 +184,7 @@ class ClusterTarget:
         deployment = self.apps.api_client.sanitize_for_serialization(deployment)
         self.runs += 1
         job_name = f"{self.name[:40]}-bench-{int(time.time())}-{self.runs}"
-        job = render_bench_job(deployment, endpoint, self.workload, job_name, self.job_timeout_s)
+        job = render_bench_job(deployment, endpoint, self.workload, job_name, self.job_timeout_s, self.api_key)
         self.batch.create_namespaced_job(self.namespace, job)
         try:
             return self._job_row(setting, job_name)
@@ -197,6 +208,54 @@ class ClusterTarget:
             return Row(setting, parse_result(result_from_log(log)))
         except ValueError as err:
             return Row(setting, error=f"benchmark Job {job_name}: {err}")
+
+
+class KeySecretProblem(Exception):
+    """--api-key-secret names a Secret or key that is not there: said before the fleet is touched."""
+
+
+def parse_key_secret(text: str) -> tuple[str, str | None]:
+    """``NAME[:KEY]`` of --api-key-secret."""
+    name, _, key = text.partition(":")
+    if not name or (":" in text and not key):
+        raise ValueError(f"--api-key-secret must be NAME or NAME:KEY, not {text!r}")
+    return name, key or None
+
+
+def pick_key(secret_name: str, keys: list[str], wanted: str | None) -> str:
+    """The data key of the Secret the client sends: ``wanted``, or the first in sorted order (a gateway key
+    Secret holds one client per data key: the first client's key is as good as any for a benchmark)."""
+    if wanted is not None:
+        if wanted not in keys:
+            raise KeySecretProblem(f"Secret {secret_name} has no key {wanted!r} (it has: {', '.join(sorted(keys))})")
+        return wanted
+    if not keys:
+        raise KeySecretProblem(f"Secret {secret_name} holds no keys")
+    return sorted(keys)[0]
+
+
+def resolve_api_key(core: Any, namespace: str, fleet: Mapping[str, Any],
+                    option: str | None) -> tuple[ApiKeySecretRef | None, str]:
+    """(the Secret key the client Job sends, a line saying which) from --api-key-secret NAME[:KEY], else from the
+    fleet's serving.apiKeySecretRef (the key its vLLM checks), else none. With the option, the Secret is read to
+    check that it and its key exist (and to find the first key); only its key names are used, never a value."""
+    from qwen_fleet.api.security import fleet_api_key_ref
+
+    if option is None:
+        ref = fleet_api_key_ref(fleet)
+        if ref is None:
+            return None, "no API key sent (the fleet has no serving.apiKeySecretRef)"
+        return ref, f"sending the key of Secret {ref.name}, key {ref.key} (the fleet's serving.apiKeySecretRef)"
+    from kubernetes.client.exceptions import ApiException
+
+    name, wanted = parse_key_secret(option)
+    try:
+        secret = core.read_namespaced_secret(name, namespace)
+    except ApiException as err:
+        what = "does not exist" if err.status == 404 else f"cannot be read: {err.status} {err.reason}"
+        raise KeySecretProblem(f"Secret {namespace}/{name} (--api-key-secret) {what}") from None
+    key = pick_key(f"{namespace}/{name}", list((secret.data or {}).keys()), wanted)
+    return ApiKeySecretRef(name=name, key=key), f"sending the key of Secret {name}, key {key} (--api-key-secret)"
 
 
 def _api_message(err: Any) -> str:
