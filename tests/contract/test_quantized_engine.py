@@ -25,6 +25,10 @@ Which methods the CPU build takes, from vLLM 0.32.0's own code (site-packages/vl
   AMX tiles ("requires AMX tile support (Sapphire Rapids or newer).", scaled_mm/cpu.py:236-246), and so do the
   per-tensor and W8A8 CPU FP8 kernels (cpu.py:353-362, 448-460, 605-617). Checked here where the engine's torch
   reports AMX (fixture ``engine_amx``); elsewhere the case asserts the engine's refusal instead.
+* MoE-only ``experts_int8`` (on the fly, routed experts only): the CPU Int8 MoE backend
+  (fused_moe/oracle/int8.py:37-45) has ``CPUExpertsInt8`` for x86, which needs AMX tiles
+  (fused_moe/experts/cpu_moe.py:998-1004); without a supported kernel vLLM raises "No Int8 MoE backend supports
+  the deployment configuration" (oracle/int8.py:170-174). Checked here on a tiny Qwen3-MoE where AMX is present.
 
 Refused by the CPU build (vLLM's words):
 
@@ -44,8 +48,7 @@ Refused by the CPU build (vLLM's words):
 * weight-only FP8 (W8A16, ``_POSSIBLE_WFP8A16_KERNELS``): the CPU list is empty ("# To be added",
   __init__.py:514-516).
 
-MoE-only methods (``experts_int8``, ``moe_wna16``) and quantized MoE checkpoints are not started here: a tiny
-quantized Qwen3-MoE is left for later (docs/capacity.md).
+Not covered: ``moe_wna16`` and quantized MoE checkpoints (GPTQ/AWQ experts), MXFP4 experts (docs/planner.md).
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ from qwen_fleet.catalog import quant_schemes as S
 from qwen_fleet.catalog.types import ModelFacts, QuantScheme
 from qwen_fleet.plan.weights import weight_bytes
 from tests.support.tiny_quant import LINEAR, make_tiny_quantized
-from tests.support.tiny_qwen import TinyQwen, make_tiny_qwen3
+from tests.support.tiny_qwen import TinyQwen, make_tiny_model, make_tiny_qwen3
 from tests.support.vllm_server import VllmServer
 
 pytestmark = pytest.mark.vllm
@@ -73,21 +76,36 @@ PROBE_DIR = Path(__file__).resolve().parents[1] / "support" / "engine_probe"
 # scale per output row of at least 512 inputs), small enough to load in seconds: hidden 512, MLP 1024, 4 heads and
 # 2 KV heads of 128 (a width the CPU attention kernel takes), 2 layers, vocabulary 512, tied embeddings, bf16.
 TINY = TinyQwen(kind="qwen3", hidden=512, intermediate=1024, heads=4, kv_heads=2, head_dim=128)
+# The same attention with a mixture of 4 experts of width 512 (2 per token) in each layer, for MoE-only methods.
+TINY_MOE = dataclasses.replace(TINY, kind="qwen3_moe", moe_intermediate=512)
+LINEAR_LAYERS = ("(qkv_proj)", "(o_proj)", "(gate_up_proj)", "(down_proj)")  # vLLM's fused names, per layer
 
 
 @dataclass(frozen=True)
 class QuantCase:
     id: str
-    fmt: str  # tests/support/tiny_quant.py's format
+    fmt: str | None  # tests/support/tiny_quant.py's format; None: the 16-bit checkpoint, quantized while loading
     logged_method: str  # the quantization method vLLM settles on, as its engine config line logs it
-    kernel_line: str  # vLLM's log line naming the CPU kernel it chose for the linear layers
+    kernel_line: str  # vLLM's log line naming the CPU kernel it chose for the quantized layers
     scheme: QuantScheme  # the planner's scheme for such a checkpoint (catalog/quant_schemes.py)
     per_row_scale_bytes: int = 0  # bytes of one per-output-channel scale the engine keeps (planner: 0)
-    needs_amx: bool = False
+    per_row_cpu_bytes: int = 0  # bytes per output row a CPU kernel adds before the probe measures (not on GPUs)
+    # vLLM's words on a CPU without AMX tiles, where its CPU kernel for this format refuses (None: any x86 CPU)
+    refusal_without_amx: str | None = None
+    model: TinyQwen = TINY
+    argv: tuple[str, ...] = ()
+    quantized_layers: tuple[str, ...] = LINEAR_LAYERS  # module names vLLM's inspection must show quantized
 
     def facts(self) -> ModelFacts:
-        return dataclasses.replace(TINY.facts(f"tiny-{self.id}"), weight_quantization=self.scheme.method,
-                                   quant_scheme=self.scheme)
+        facts = self.model.facts(f"tiny-{self.id}")
+        if self.model.is_moe:  # the expert width, which the planner's routed-expert count reads
+            facts = dataclasses.replace(facts, moe_intermediate_size=self.model.moe_intermediate)
+        if self.fmt is None:
+            return facts
+        return dataclasses.replace(facts, weight_quantization=self.scheme.method, quant_scheme=self.scheme)
+
+    def planned_bytes(self) -> int:
+        return weight_bytes(self.facts(), quantization=self.scheme.method if self.fmt is None else None)
 
 
 CASES = [
@@ -102,24 +120,37 @@ CASES = [
               "Selected CPUInt8ScaledMMLinearKernel for CompressedTensorsW8A8Int8", S.W8A8_INT8,
               per_row_scale_bytes=4),
     QuantCase("fp8-block-128", "fp8-block", "fp8", "Selected CPUFp8BlockScaledMMKernel for Fp8LinearMethod",
-              S.FP8_BLOCK, needs_amx=True),
+              S.FP8_BLOCK, refusal_without_amx="requires AMX tile support"),
+    # MoE-only, on the fly: the routed experts to int8 with one float32 scale per output row; attention, router and
+    # embeddings stay bf16. Quantized as each layer loads, so the layer is already in the CPU kernel's format when
+    # the probe measures: CPUExpertsInt8's VNNI prepack (torch.ops._C.convert_weight_packed, fused_moe/experts/
+    # cpu_moe.py:1079-1084) appends 4 bytes to every row (K 512 -> 516 int8), which a GPU's Triton path does not.
+    QuantCase("experts-int8-moe", None, "experts_int8", "Using CPU Int8 MoE backend", S.EXPERTS_INT8,
+              per_row_scale_bytes=4, per_row_cpu_bytes=4, model=TINY_MOE, argv=("--quantization", "experts_int8"),
+              quantized_layers=("(routed_experts)",),
+              refusal_without_amx="No Int8 MoE backend supports the deployment configuration"),
 ]
 
 
-def linear_rows(model: TinyQwen) -> int:
-    """Output channels of all quantized linear layers (q, k, v, o, gate, up, down of every layer)."""
-    q, kv = model.heads * model.head_dim, model.kv_heads * model.head_dim
-    return model.layers * (q + 2 * kv + model.hidden + 2 * model.intermediate + model.hidden)
+def quantized_rows(case: QuantCase) -> int:
+    """Output channels of the layers the format quantizes: q, k, v, o, gate, up and down of every layer, or, for a
+    MoE-only method, every routed expert's gate, up (moe_intermediate each) and down (hidden)."""
+    m = case.model
+    if case.scheme.scope == "experts":
+        return m.layers * m.experts * (2 * m.moe_intermediate + m.hidden)
+    q, kv = m.heads * m.head_dim, m.kv_heads * m.head_dim
+    return m.layers * (q + 2 * kv + m.hidden + 2 * m.intermediate + m.hidden)
 
 
-def left_out_bytes(case: QuantCase, model: TinyQwen) -> int:
+def left_out_bytes(case: QuantCase) -> int:
     """Bytes the planner does not count, by design, for this tiny checkpoint: its norm count leaves out Qwen3's
     per-head q/k RMSNorms (2 x head_dim per layer, bf16), which it sizes with the quantized layers instead (at most
     2 bytes each off); per-channel scales (counted 0: under 0.04 bit per weight at Qwen's widths); and a few
     per-tensor scalars per linear layer (input/weight scales, 4 bytes each, at most 4 per fused layer)."""
+    model = case.model
     qk_norms = 2 * model.layers * model.head_dim * 2
     scalars = model.layers * len(LINEAR) * 4 * 4
-    return qk_norms + linear_rows(model) * case.per_row_scale_bytes + scalars
+    return qk_norms + quantized_rows(case) * (case.per_row_scale_bytes + case.per_row_cpu_bytes) + scalars
 
 
 ENGINE_ARGS = ["--max-model-len", "512", "--max-num-seqs", "4", "--dtype", "bfloat16",
@@ -148,15 +179,18 @@ def served(request: pytest.FixtureRequest, vllm_python: str, engine_amx: bool,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     case: QuantCase = request.param
     root = tmp_path_factory.mktemp(case.id)
-    model_dir = make_tiny_quantized(root / "model", case.fmt, TINY, python=vllm_python)
-    server = VllmServer(ENGINE_ARGS, PROBE_ENV, model_dir, python=vllm_python, log_path=root / "vllm.log",
-                        uniproc=True)
-    if case.needs_amx and not engine_amx:
+    if case.fmt is None:
+        model_dir = make_tiny_model(root / "model", case.model, python=vllm_python)
+    else:
+        model_dir = make_tiny_quantized(root / "model", case.fmt, case.model, python=vllm_python)
+    server = VllmServer([*ENGINE_ARGS, *case.argv], PROBE_ENV, model_dir, python=vllm_python,
+                        log_path=root / "vllm.log", uniproc=True)
+    if case.refusal_without_amx and not engine_amx:
         # Not exercised on the AMX machine these figures come from: the engine must refuse, in vLLM's words.
         with pytest.raises(RuntimeError, match="exited"):
             server.start()
-        assert "requires AMX tile support" in server.log(), server.tail()
-        pytest.skip(f"{case.id}: refused as vLLM's CPU FP8 kernels say on a CPU without AMX tiles (checked)")
+        assert case.refusal_without_amx in server.log(), server.tail()
+        pytest.skip(f"{case.id}: refused on a CPU without AMX tiles, as vLLM's CPU kernel says (checked)")
     with server:
         status, completion = server.post_json("/v1/completions", {
             "model": server.served_model_name, "prompt": "alpha beta gamma", "max_tokens": 8, "temperature": 0})
@@ -178,11 +212,12 @@ def test_the_engine_loads_the_checkpoint_and_serves(served: Served) -> None:
 
 
 def test_every_linear_layer_runs_a_quantized_kernel(served: Served) -> None:
-    # vLLM's own model inspection names each layer's quant method: none of the fused attention and MLP layers may
-    # have fallen back to the unquantized path (the inspection omits "quant=" for those).
-    lines = [ln for ln in served.weights["inspection"].splitlines()
-             if any(p in ln for p in ("(qkv_proj)", "(o_proj)", "(gate_up_proj)", "(down_proj)"))]
-    assert len(lines) == 4, served.weights["inspection"]
+    # vLLM's own model inspection names each layer's quant method: none of the layers the format quantizes may
+    # have fallen back to the unquantized path (the inspection omits "quant=" for those; identical layers are
+    # listed once).
+    layers = served.case.quantized_layers
+    lines = [ln for ln in served.weights["inspection"].splitlines() if any(p in ln for p in layers)]
+    assert len(lines) == len(layers), served.weights["inspection"]
     assert all("quant=" in ln for ln in lines), "\n".join(lines)
 
 
@@ -191,9 +226,9 @@ def test_planned_weight_bytes_match_what_the_engine_holds(served: Served) -> Non
     # not with what the CPU kernels then repack them into ("held": e.g. the AMX int4 path keeps int8 blocks and
     # float32 scales, about 8% more), which is this CPU's, not a GPU's (docs/capacity.md).
     case = served.case
-    planned = weight_bytes(case.facts())
+    planned = case.planned_bytes()
     loaded, held = served.weights["loaded"]["bytes"], served.weights["held"]["bytes"]
-    allowed = left_out_bytes(case, TINY)
+    allowed = left_out_bytes(case)
     print(f"\n{case.id}: planner {planned:,} B, engine loaded {loaded:,} B ({planned - loaded:+,} B), "
           f"held after the CPU kernels' repacking {held:,} B; allowed difference {allowed:,} B "
           f"({allowed / loaded:.2%})")
