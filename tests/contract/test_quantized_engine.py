@@ -7,6 +7,9 @@ completion (it loads and serves), and reports the bytes of its model's tensors t
 (tests/support/engine_probe/qf_weight_probe.py; vLLM's CPU runner logs no "Model loading took" figure). The
 planner's ``weight_bytes`` for the same geometry and scheme must match what the engine holds, within the bytes
 the planner leaves out by design, worked out per case below from the geometry (not from the planner's code).
+That the tensors hold the format (not only its shapes) is checked apart, without an engine: each checkpoint,
+dequantized by the format's own libraries (vLLM's and compressed-tensors' unpacking), must come back to the
+16-bit weights it was made from within that format's rounding error.
 
 Which methods the CPU build takes, from vLLM 0.32.0's own code (site-packages/vllm/...):
 
@@ -54,6 +57,7 @@ Not covered: ``moe_wna16`` and quantized MoE checkpoints (GPTQ/AWQ experts), MXF
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -233,6 +237,34 @@ def test_planned_weight_bytes_match_what_the_engine_holds(served: Served) -> Non
           f"held after the CPU kernels' repacking {held:,} B; allowed difference {allowed:,} B "
           f"({allowed / loaded:.2%})")
     assert abs(planned - loaded) <= allowed, _table(served.weights["loaded"])
+
+
+# Relative error of a round-to-nearest quantization of Gaussian weights: int4 with 16 levels per group ~0.10-0.12,
+# int8 per channel ~0.008, FP8 E4M3 (3 mantissa bits) ~0.027. A misread layout (nibble order, packing dimension,
+# zero points, scale shape) decorrelates the weights: an error near 1 or more.
+DEQUANT_BOUND = {"gptq": 0.15, "awq": 0.15, "ct-w4a16": 0.15, "ct-w8a8-int8": 0.02, "fp8-block": 0.05}
+
+
+@pytest.fixture(scope="module")
+def dequant_errors(vllm_python: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, float]]:
+    """Each format's tiny checkpoint dequantized by the format's own libraries (tests/support/tiny_quant_check.py)
+    and compared with the 16-bit model it was made from (same geometry and seed)."""
+    root = tmp_path_factory.mktemp("dequant")
+    source = make_tiny_qwen3(root / "bf16", python=vllm_python, **_overrides(TINY))
+    pairs = [f"{fmt}={make_tiny_quantized(root / fmt, fmt, TINY, python=vllm_python)}" for fmt in DEQUANT_BOUND]
+    script = Path(__file__).resolve().parents[1] / "support" / "tiny_quant_check.py"
+    done = subprocess.run([vllm_python, str(script), str(source), *pairs], capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    errors: dict[str, dict[str, float]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return errors
+
+
+@pytest.mark.parametrize("fmt", sorted(DEQUANT_BOUND))
+def test_the_tiny_checkpoint_dequantizes_to_its_source(fmt: str, dequant_errors: dict[str, dict[str, float]]) -> None:
+    errors = dequant_errors[fmt]
+    assert len(errors) == TINY.layers * len(LINEAR), sorted(errors)  # every linear layer was quantized
+    assert max(errors.values()) < DEQUANT_BOUND[fmt], errors
 
 
 def test_fp8_on_the_fly_is_refused_by_the_cpu_build(vllm_python: str, tmp_path: Path) -> None:
