@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -71,11 +72,14 @@ from qwen_fleet.catalog.types import ModelFacts, QuantScheme
 from qwen_fleet.plan.weights import weight_bytes
 from tests.support.tiny_quant import LINEAR, make_tiny_quantized
 from tests.support.tiny_qwen import TinyQwen, make_tiny_model, make_tiny_qwen3
-from tests.support.vllm_server import VllmServer
+from tests.support.vllm_server import VllmServer, with_test_compile_mode
 
 pytestmark = pytest.mark.vllm
 
 PROBE_DIR = Path(__file__).resolve().parents[1] / "support" / "engine_probe"
+# QF_TEST_ENGINE_CPU=avx2|avx512|avx512-bf16: run the engine as on a smaller x86 CPU (tests/support/cpu_emulation/).
+EMULATION_DIR = Path(__file__).resolve().parents[1] / "support" / "cpu_emulation"
+EMULATED_CPU = os.environ.get("QF_TEST_ENGINE_CPU", "")
 # Wide enough that the per-channel scales the planner counts as 0 stay under 1% of the quantized bytes (one fp32
 # scale per output row of at least 512 inputs), small enough to load in seconds: hidden 512, MLP 1024, 4 heads and
 # 2 KV heads of 128 (a width the CPU attention kernel takes), 2 layers, vocabulary 512, tied embeddings, bf16.
@@ -83,6 +87,30 @@ TINY = TinyQwen(kind="qwen3", hidden=512, intermediate=1024, heads=4, kv_heads=2
 # The same attention with a mixture of 4 experts of width 512 (2 per token) in each layer, for MoE-only methods.
 TINY_MOE = dataclasses.replace(TINY, kind="qwen3_moe", moe_intermediate=512)
 LINEAR_LAYERS = ("(qkv_proj)", "(o_proj)", "(gate_up_proj)", "(down_proj)")  # vLLM's fused names, per layer
+
+
+@dataclass(frozen=True)
+class EngineCpu:
+    """The x86 features vLLM's CPU platform reads from torch to pick its kernels."""
+
+    avx512: bool
+    avx512_bf16: bool
+    amx: bool
+
+    def kernel_library(self) -> str:
+        """The native library vLLM 0.32 loads for these features (platforms/cpu.py ``import_kernels``, lines
+        631-662): ``_C`` needs AVX-512 and AVX-512 BF16, ``_C_AVX512`` takes AVX-512 without BF16, and any other
+        x86 CPU gets ``_C_AVX2``."""
+        if self.avx512:
+            return "_C" if self.avx512_bf16 else "_C_AVX512"
+        return "_C_AVX2"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    words: str  # in the engine's log
+    machine: str  # what the CPU lacks
+    at_load: bool  # True: the engine dies loading the model; False: at its first forward pass
 
 
 @dataclass(frozen=True)
@@ -94,8 +122,11 @@ class QuantCase:
     scheme: QuantScheme  # the planner's scheme for such a checkpoint (catalog/quant_schemes.py)
     per_row_scale_bytes: int = 0  # bytes of one per-output-channel scale the engine keeps (planner: 0)
     per_row_cpu_bytes: int = 0  # bytes per output row a CPU kernel adds before the probe measures (not on GPUs)
-    # vLLM's words on a CPU without AMX tiles, where its CPU kernel for this format refuses (None: any x86 CPU)
+    # vLLM's words on a CPU without AMX tiles, where its CPU kernel for this format refuses (None: served there)
     refusal_without_amx: str | None = None
+    # vLLM's words on a CPU without AVX-512 (vllm._C_AVX2 loaded), whose library lacks the op (None: served there);
+    # the engine starts and dies at its first forward pass (the first request when eager, else the compile warm-up)
+    refusal_without_avx512: str | None = None
     model: TinyQwen = TINY
     argv: tuple[str, ...] = ()
     quantized_layers: tuple[str, ...] = LINEAR_LAYERS  # module names vLLM's inspection must show quantized
@@ -108,17 +139,29 @@ class QuantCase:
             return facts
         return dataclasses.replace(facts, weight_quantization=self.scheme.method, quant_scheme=self.scheme)
 
+    def refusal(self, cpu: EngineCpu) -> Refusal | None:
+        """What the engine must say instead of serving on ``cpu`` (None: it must serve)."""
+        if self.refusal_without_amx and not cpu.amx:  # checked first: at kernel selection, before any op runs
+            return Refusal(self.refusal_without_amx, "a CPU without AMX tiles", at_load=True)
+        if self.refusal_without_avx512 and not cpu.avx512:
+            return Refusal(self.refusal_without_avx512, f"a CPU without AVX-512 ({cpu.kernel_library()})",
+                           at_load=False)
+        return None
+
     def planned_bytes(self) -> int:
         return weight_bytes(self.facts(), quantization=self.scheme.method if self.fmt is None else None)
 
 
+NO_WNA16_OP = "'_OpNamespace' '_C' object has no attribute 'cpu_gemm_wna16'"
 CASES = [
+    # int4: vllm._C_AVX2 registers no cpu_gemm_wna16, the op CPUWNA16LinearKernel calls without AMX (with AMX it
+    # calls int4_scaled_mm_cpu, _C only); torch's op namespace then raises at the first forward pass.
     QuantCase("gptq-int4-g128", "gptq", "auto_gptq", "Using CPUWNA16LinearKernel for AutoGPTQLinearMethod",
-              S.GPTQ_INT4),
+              S.GPTQ_INT4, refusal_without_avx512=NO_WNA16_OP),
     QuantCase("awq-int4-g128", "awq", "awq", "Using CPUWNA16LinearKernel for AutoAWQMarlinLinearMethod",
-              S.AWQ_INT4),
+              S.AWQ_INT4, refusal_without_avx512=NO_WNA16_OP),
     QuantCase("ct-w4a16-g128", "ct-w4a16", "compressed-tensors",
-              "Using CPUWNA16LinearKernel for CompressedTensorsWNA16", S.W4A16),
+              "Using CPUWNA16LinearKernel for CompressedTensorsWNA16", S.W4A16, refusal_without_avx512=NO_WNA16_OP),
     # one float32 scale per output channel (vLLM's ChannelQuantScaleParameter), counted 0 by the planner
     QuantCase("ct-w8a8-int8", "ct-w8a8-int8", "compressed-tensors",
               "Selected CPUInt8ScaledMMLinearKernel for CompressedTensorsW8A8Int8", S.W8A8_INT8,
@@ -159,15 +202,21 @@ def left_out_bytes(case: QuantCase) -> int:
 
 ENGINE_ARGS = ["--max-model-len", "512", "--max-num-seqs", "4", "--dtype", "bfloat16",
                "--worker-extension-cls", "qf_weight_probe.WeightBytesProbe"]
-PROBE_ENV = {"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(PROBE_DIR)}
+ENGINE_PATH = os.pathsep.join([str(PROBE_DIR), *([str(EMULATION_DIR)] if EMULATED_CPU else [])])
+EMULATION_ENV = {"QF_EMULATED_CPU": EMULATED_CPU} if EMULATED_CPU else {}
+PROBE_ENV = {"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": ENGINE_PATH, **EMULATION_ENV}
 
 
 @pytest.fixture(scope="session")
-def engine_amx(vllm_python: str) -> bool:
-    """Whether the engine's torch sees AMX tiles, the condition vLLM's CPU FP8 kernels check."""
-    probe = "import torch; print(int(torch.cpu._is_amx_tile_supported()))"
-    out = subprocess.run([vllm_python, "-c", probe], check=True, capture_output=True, text=True, timeout=300)
-    return out.stdout.strip().splitlines()[-1] == "1"
+def engine_cpu(vllm_python: str) -> EngineCpu:
+    """What the engine's torch reports on this machine (the calls vLLM makes, asked of its own interpreter, under
+    the emulation when QF_TEST_ENGINE_CPU is set), so each case's expectation follows the machine it runs on."""
+    probe = ("import torch; c = torch.cpu; print(*(int(f()) for f in "
+             "(c._is_avx512_supported, c._is_avx512_bf16_supported, c._is_amx_tile_supported)))")
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"} | {"PYTHONPATH": ENGINE_PATH, **EMULATION_ENV}
+    out = subprocess.run([vllm_python, "-c", probe], check=True, capture_output=True, text=True, timeout=300, env=env)
+    avx512, bf16, amx = (flag == "1" for flag in out.stdout.strip().splitlines()[-1].split())
+    return EngineCpu(avx512=avx512, avx512_bf16=bf16, amx=amx)
 
 
 @dataclass
@@ -179,7 +228,7 @@ class Served:
 
 
 @pytest.fixture(scope="module", params=CASES, ids=lambda c: c.id)
-def served(request: pytest.FixtureRequest, vllm_python: str, engine_amx: bool,
+def served(request: pytest.FixtureRequest, vllm_python: str, engine_cpu: EngineCpu,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     case: QuantCase = request.param
     root = tmp_path_factory.mktemp(case.id)
@@ -189,12 +238,19 @@ def served(request: pytest.FixtureRequest, vllm_python: str, engine_amx: bool,
         model_dir = make_tiny_quantized(root / "model", case.fmt, case.model, python=vllm_python)
     server = VllmServer([*ENGINE_ARGS, *case.argv], PROBE_ENV, model_dir, python=vllm_python,
                         log_path=root / "vllm.log", uniproc=True)
-    if case.refusal_without_amx and not engine_amx:
-        # Not exercised on the AMX machine these figures come from: the engine must refuse, in vLLM's words.
-        with pytest.raises(RuntimeError, match="exited"):
-            server.start()
-        assert case.refusal_without_amx in server.log(), server.tail()
-        pytest.skip(f"{case.id}: refused on a CPU without AMX tiles, as vLLM's CPU kernel says (checked)")
+    refusal = case.refusal(engine_cpu)
+    if refusal is not None:
+        # This CPU lacks what the format's CPU kernel needs: the engine must not serve it, in vLLM's words.
+        if refusal.at_load or "--enforce-eager" not in with_test_compile_mode(server.argv()):
+            with pytest.raises(RuntimeError, match="exited"):
+                server.start()
+        else:  # eager, the engine runs no forward pass before the first request: that request must fail
+            with server:
+                status, body = server.post_json("/v1/completions", {
+                    "model": server.served_model_name, "prompt": "alpha", "max_tokens": 1})
+                assert status == 500, (body, server.tail())
+        assert refusal.words in server.log(), server.tail()
+        pytest.skip(f"{case.id}: refused on {refusal.machine}, in vLLM's words {refusal.words!r} (checked)")
     with server:
         status, completion = server.post_json("/v1/completions", {
             "model": server.served_model_name, "prompt": "alpha beta gamma", "max_tokens": 8, "temperature": 0})
@@ -213,6 +269,11 @@ def test_the_engine_loads_the_checkpoint_and_serves(served: Served) -> None:
     log = served.server.log()
     assert f"quantization={served.case.logged_method}," in log, served.server.tail()
     assert served.case.kernel_line in log, served.server.tail()
+
+
+def test_the_engine_runs_the_kernel_library_built_for_this_cpu(served: Served, engine_cpu: EngineCpu) -> None:
+    # The build vLLM picked, as mapped into its worker process: the figures below are that library's.
+    assert served.weights["libraries"] == [engine_cpu.kernel_library()], served.weights["libraries"]
 
 
 def test_every_linear_layer_runs_a_quantized_kernel(served: Served) -> None:

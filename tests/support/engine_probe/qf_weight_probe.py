@@ -11,6 +11,9 @@ from its memory profiler), so the figure is read from the model itself, twice:
 * ``held``: the same walk once the engine is serving, after each kernel has repacked, converted or freed what it
   does not use (CPU kernels differ from GPU ones here, see docs/capacity.md).
 
+It also names the vLLM kernel library mapped into the worker process (``libraries``: ``_C``, ``_C_AVX512`` or
+``_C_AVX2``, read from ``/proc/self/maps``), the build vLLM's CPU platform chose for this CPU.
+
 Tensors shared by several modules (tied embeddings) count once. Runs inside vLLM's worker process: only torch and
 vLLM are importable there, not qwen_fleet.
 """
@@ -66,6 +69,13 @@ def _install() -> None:
 _install()  # imported by vLLM's worker before it loads the model (WorkerWrapperBase.init_worker)
 
 
+def _kernel_libraries() -> list[str]:
+    """Basenames of vLLM's native kernel libraries (``vllm/_C*.so``) mapped into this process."""
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if "/vllm/_C" in line}
+    return sorted(p.rsplit("/", 1)[-1].split(".", 1)[0] for p in paths)
+
+
 class WeightBytesProbe:
     """Mixed into vLLM's worker class; ``qf_weight_bytes`` is callable through ``collective_rpc``."""
 
@@ -74,4 +84,4 @@ class WeightBytesProbe:
         from vllm.model_inspection import format_model_inspection
 
         return {"loaded": dict(_LOADED), "held": _tensor_table(model),
-                "inspection": format_model_inspection(model)}
+                "inspection": format_model_inspection(model), "libraries": _kernel_libraries()}
