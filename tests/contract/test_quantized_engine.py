@@ -20,18 +20,50 @@ Which methods the CPU build takes, from vLLM 0.32.0's own code (site-packages/vl
   layer from model_executor/kernels/linear/__init__.py's per-platform lists:
 * int4 weight-only (GPTQ sym, AWQ, compressed-tensors W4A16): ``CPUWNA16LinearKernel``
   (kernels/linear/mixed_precision/cpu.py:17-57: ``uint4`` / ``uint4b8`` only, group size even, in/out sizes
-  multiples of 32), listed for ``PlatformEnum.CPU`` at kernels/linear/__init__.py:544-548. Checked here: gptq,
-  awq, compressed-tensors W4A16.
-* int8 W8A8 (compressed-tensors): ``CPUInt8ScaledMMLinearKernel`` (kernels/linear/scaled_mm/cpu.py:33-44, any
-  CPU). Checked here.
+  multiples of 32), listed for ``PlatformEnum.CPU`` at kernels/linear/__init__.py:544-548. Its op depends on the
+  CPU (cpu.py:168-196): with AMX tiles (and ``VLLM_CPU_INT4_W4A8``, on by default) ``int4_scaled_mm_cpu``
+  (W4A8, in ``vllm._C`` only), without them
+  ``cpu_gemm_wna16`` (ISA hint "vec"), which ``vllm._C`` and ``vllm._C_AVX512`` register and ``vllm._C_AVX2`` does
+  not. So int4 needs AVX-512: on an AVX2-only CPU the engine loads the checkpoint, then dies at its first forward
+  pass (the compile warm-up at start-up; the first request under ``--enforce-eager``, as here) with
+  "AttributeError: '_OpNamespace' '_C' object has no attribute 'cpu_gemm_wna16'". Checked here: gptq, awq,
+  compressed-tensors W4A16.
+* int8 W8A8 (compressed-tensors): ``CPUInt8ScaledMMLinearKernel`` (kernels/linear/scaled_mm/cpu.py:33-44): with
+  AMX, for weights within its size limit, the sgl int8 GEMM (``check_cpu_sgl_kernel``, layers/utils.py:439),
+  otherwise oneDNN's ``onednn_scaled_mm``, which all three libraries register: any x86 CPU. Checked here.
 * FP8 checkpoints (Qwen's block-128 releases): ``CPUFp8BlockScaledMMKernel`` (W8A16 through AMX BRGEMM) needs
   AMX tiles ("requires AMX tile support (Sapphire Rapids or newer).", scaled_mm/cpu.py:236-246), and so do the
-  per-tensor and W8A8 CPU FP8 kernels (cpu.py:353-362, 448-460, 605-617). Checked here where the engine's torch
-  reports AMX (fixture ``engine_amx``); elsewhere the case asserts the engine's refusal instead.
+  per-tensor and W8A8 CPU FP8 kernels (cpu.py:353-362, 448-460, 605-617). Served where the engine's torch reports
+  AMX; elsewhere the case asserts the engine's refusal at load instead.
 * MoE-only ``experts_int8`` (on the fly, routed experts only): the CPU Int8 MoE backend
   (fused_moe/oracle/int8.py:37-45) has ``CPUExpertsInt8`` for x86, which needs AMX tiles
   (fused_moe/experts/cpu_moe.py:998-1004); without a supported kernel vLLM raises "No Int8 MoE backend supports
-  the deployment configuration" (oracle/int8.py:170-174). Checked here on a tiny Qwen3-MoE where AMX is present.
+  the deployment configuration" (oracle/int8.py:170-174) at load. Served on a tiny Qwen3-MoE where AMX is present.
+
+Which CPU gets what. vLLM's CPU platform reads three facts from torch: ``torch.cpu._is_avx512_supported()``,
+``_is_avx512_bf16_supported()``, ``_is_amx_tile_supported()``. They pick the kernel library
+(platforms/cpu.py:631-662: ``vllm._C`` for AVX-512 with BF16, ``vllm._C_AVX512`` for AVX-512 without, else
+``vllm._C_AVX2``) and the AMX branches above. The fixture ``engine_cpu`` asks the engine's own interpreter the same
+three questions, and every case's expectation follows from the answers (``QuantCase.refusal``): served, with
+its figures and the library vLLM mapped into the worker (read from /proc/self/maps by the probe), or refused in
+vLLM's words (asserted, then skipped with a reason that says so). Seen with vLLM 0.32.0:
+
+=====================  =========================  ==============================  =========================
+method                 AVX-512 + BF16 + AMX       AVX-512 + BF16, no AMX          AVX2 only
+                       (Xeon Sapphire Rapids+)    (EPYC Zen 4/5)                  (EPYC Zen 2/3)
+=====================  =========================  ==============================  =========================
+GPTQ / AWQ / W4A16     serves (W4A8 AMX kernel)   serves (cpu_gemm_wna16 "vec")   dies at first forward
+W8A8 int8              serves (sgl int8 / oneDNN) serves (oneDNN)                 serves (oneDNN)
+FP8 block 128          serves                     refused at load (AMX)           refused at load (AMX)
+experts_int8 (MoE)     serves                     refused at load (AMX)           refused at load (AMX)
+fp8 on the fly         refused at load: ``_C::static_scaled_fp8_quant`` has no CPU kernel, on all three
+=====================  =========================  ==============================  =========================
+
+The two smaller machines were seen on this AMX Xeon through tests/support/cpu_emulation/ (``QF_TEST_ENGINE_CPU=
+avx2`` or ``avx512-bf16``): torch reports fewer features to the engine (and oneDNN and ATen are capped to match),
+vLLM then loads the library and takes the branches such a CPU gets; the probe's library check confirms which one
+ran. vLLM's own platform detection does not change on AMD: its Zen platform (platforms/__init__.py:168-214)
+needs ``zentorch``, which the engine venv does not install.
 
 Refused by the CPU build (vLLM's words):
 
