@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.serving import SPEC, rendered_server
+from tests.support.serving import SPEC, RenderedServer, rendered_server
 from tests.support.tiny_eagle import make_tiny_eagle3
 from tests.support.tiny_qwen import TinyQwen, make_tiny_model
 
@@ -29,6 +29,17 @@ pytestmark = pytest.mark.vllm
 DRAFTED = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 DRAFTS = "vllm:spec_decode_num_drafts_total"
+
+
+def _complete_two_prompts(server: RenderedServer) -> tuple[dict[str, float], str]:
+    """Start the engine, two greedy 16-token completions (both must come back whole); its metrics and log."""
+    with server:
+        for prompt in ("alpha beta gamma " * 8, "one two three four five"):
+            status, body = server.post_json("/v1/completions", {"model": server.served_model_name, "prompt": prompt,
+                                                                "max_tokens": 16, "temperature": 0})
+            assert status == 200, body
+            assert body["usage"]["completion_tokens"] == 16
+        return server.metrics(), server.log()
 
 
 def test_the_models_own_mtp_layer_drafts_on_the_cpu_engine(vllm_python: str, tmp_path: Path) -> None:
@@ -43,14 +54,7 @@ def test_the_models_own_mtp_layer_drafts_on_the_cpu_engine(vllm_python: str, tmp
     argv = " ".join(server.argv())
     assert '--speculative-config {"method": "mtp", "num_speculative_tokens": 1}' in argv
     assert "--no-enable-prefix-caching" in argv
-    with server:
-        for prompt in ("alpha beta gamma " * 8, "one two three four five"):
-            status, body = server.post_json("/v1/completions", {"model": server.served_model_name, "prompt": prompt,
-                                                                "max_tokens": 16, "temperature": 0})
-            assert status == 200, body
-            assert body["usage"]["completion_tokens"] == 16
-        metrics = server.metrics()
-        log = server.log()
+    metrics, log = _complete_two_prompts(server)
     # the engine built the MTP drafter from the checkpoint's mtp.* weights, not some other method
     assert "Resolved architecture: Qwen3NextMTP" in log
     assert "Loading drafter model" in log
@@ -68,14 +72,7 @@ def test_an_eagle3_head_drafts_from_the_targets_hidden_states(vllm_python: str, 
     spec["serving"] = {"speculative": {"method": "eagle3", "model": str(head_dir), "numSpeculativeTokens": 2}}
     server = rendered_server(vllm_python, tiny_qwen_dir, tmp_path / "vllm.log", spec)
     assert f'{{"method": "eagle3", "model": "{head_dir}", "num_speculative_tokens": 2}}' in server.argv()
-    with server:
-        for prompt in ("alpha beta gamma " * 8, "one two three four five"):
-            status, body = server.post_json("/v1/completions", {"model": server.served_model_name, "prompt": prompt,
-                                                                "max_tokens": 16, "temperature": 0})
-            assert status == 200, body
-            assert body["usage"]["completion_tokens"] == 16
-        metrics = server.metrics()
-        log = server.log()
+    metrics, log = _complete_two_prompts(server)
     assert "EAGLE drafter KV cache initialized" in log
     # two tokens drafted per step: drafted tokens are twice the drafts, acceptance bounded by them
     assert metrics.get(DRAFTS, 0) > 0, sorted(k for k in metrics if "spec" in k)
