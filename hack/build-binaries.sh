@@ -236,25 +236,7 @@ build_lws() {
 # (tests/integration/test_epp_picks.py runs it against real vLLM servers). Same wrapper-module recipe as the
 # adapter (an exact require, no version list from the proxy); the module's go.mod has no replace directives.
 # The ldflags are upstream's Dockerfile's (version.CommitSHA, version.BuildRef), naming the module version.
-build_epp() {
-  local out="$QF_CACHE/epp/$GATEWAY_API_INFERENCE_EXTENSION_VERSION/bin"
-  have_all "$out" epp && return 0
-  qf_step_start "epp $GATEWAY_API_INFERENCE_EXTENSION_VERSION (gateway-api-inference-extension/cmd/epp)" "~5-8 min on 2 cores" \
-    "the endpoint picker of spec.routing"
-  local mod; mod=$(mktemp -d "${TMPDIR:-/tmp}/qf-epp-mod.XXXXXX")
-  local pkg=sigs.k8s.io/gateway-api-inference-extension
-  (
-    cd "$mod"
-    go mod init qwen-fleet.local/eppbin >/dev/null 2>&1
-    go mod edit -require="$pkg@$GATEWAY_API_INFERENCE_EXTENSION_VERSION"
-    printf '//go:build tools\n\npackage tools\n\nimport _ "%s/cmd/epp"\n' "$pkg" > tools.go
-    go mod tidy
-    rm -rf "$out.tmp"; mkdir -p "$out.tmp"
-    local ld="-s -w -X $pkg/version.CommitSHA=module-proxy -X $pkg/version.BuildRef=$GATEWAY_API_INFERENCE_EXTENSION_VERSION"
-    go build -trimpath -ldflags "$ld" -o "$out.tmp/epp" "$pkg/cmd/epp"
-  )
-  rm -rf "$out"; mv "$out.tmp" "$out"; rm -rf "$mod"
-}
+build_epp() { build_giex_cmd epp "the endpoint picker of spec.routing"; }
 
 # KEDA and its HTTP add-on are built inside a copy of their own module, not from a wrapper module: KEDA's go.mod has
 # a replace (github.com/nexus-rpc/nexus-proto-annotations v0.1.0 => a pseudo-version) and an exclude, and a
@@ -311,22 +293,27 @@ copy_module_crds() { # module version crds_dir file...
 # The Inference Extension's Body-Based Router (cmd/bbr, same module and version as the picker): an ext_proc server
 # that copies the request body's `model` into the X-Gateway-Model-Name header, so that an HTTPRoute can match the
 # model (docs/gateway.md, routing by model). Same recipe and ldflags as build_epp.
-build_bbr() {
-  local out="$QF_CACHE/bbr/$GATEWAY_API_INFERENCE_EXTENSION_VERSION/bin"
-  have_all "$out" bbr && return 0
-  qf_step_start "bbr $GATEWAY_API_INFERENCE_EXTENSION_VERSION (gateway-api-inference-extension/cmd/bbr)" "~5-8 min on 2 cores" \
-    "the body-based router: routing by the request's model behind one gateway"
-  local mod; mod=$(mktemp -d "${TMPDIR:-/tmp}/qf-bbr-mod.XXXXXX")
+build_bbr() { build_giex_cmd bbr "the body-based router: routing by the request's model behind one gateway"; }
+
+# One command of the Inference Extension's module (epp, bbr): a wrapper module with an exact require, then
+# go build with upstream's ldflags, into $QF_CACHE/<cmd>/<version>/bin/<cmd>.
+build_giex_cmd() { # cmd why
+  local cmd=$1 why=$2
+  local out="$QF_CACHE/$cmd/$GATEWAY_API_INFERENCE_EXTENSION_VERSION/bin"
+  have_all "$out" "$cmd" && return 0
+  qf_step_start "$cmd $GATEWAY_API_INFERENCE_EXTENSION_VERSION (gateway-api-inference-extension/cmd/$cmd)" \
+    "~5-8 min on 2 cores" "$why"
+  local mod; mod=$(mktemp -d "${TMPDIR:-/tmp}/qf-$cmd-mod.XXXXXX")
   local pkg=sigs.k8s.io/gateway-api-inference-extension
   (
     cd "$mod"
-    go mod init qwen-fleet.local/bbrbin >/dev/null 2>&1
+    go mod init "qwen-fleet.local/${cmd}bin" >/dev/null 2>&1
     go mod edit -require="$pkg@$GATEWAY_API_INFERENCE_EXTENSION_VERSION"
-    printf '//go:build tools\n\npackage tools\n\nimport _ "%s/cmd/bbr"\n' "$pkg" > tools.go
+    printf '//go:build tools\n\npackage tools\n\nimport _ "%s/cmd/%s"\n' "$pkg" "$cmd" > tools.go
     go mod tidy
     rm -rf "$out.tmp"; mkdir -p "$out.tmp"
     local ld="-s -w -X $pkg/version.CommitSHA=module-proxy -X $pkg/version.BuildRef=$GATEWAY_API_INFERENCE_EXTENSION_VERSION"
-    go build -trimpath -ldflags "$ld" -o "$out.tmp/bbr" "$pkg/cmd/bbr"
+    go build -trimpath -ldflags "$ld" -o "$out.tmp/$cmd" "$pkg/cmd/$cmd"
   )
   rm -rf "$out"; mv "$out.tmp" "$out"; rm -rf "$mod"
 }
