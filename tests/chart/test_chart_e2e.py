@@ -136,7 +136,8 @@ def test_every_child_kind_is_applied_and_pruned(release: Release) -> None:
 # --- 2. and no more than needed ---------------------------------------------------------------------------------
 
 DENIED = [
-    # Of Secrets only `get` by name (routing.auth.apiKeys' existence check, metadata only): never list or watch.
+    # No Secret access at all by default (rbac.keySecrets true adds `get` by name; test_chart_render.py).
+    ("get", "secrets", "-n", TEAM), ("get", "secrets", "-n", SYSTEM),
     ("list", "secrets", "-A"), ("watch", "secrets", "-n", TEAM), ("list", "secrets", "-n", SYSTEM),
     ("create", "secrets", "-n", TEAM), ("patch", "secrets", "-n", TEAM), ("delete", "secrets", "-n", TEAM),
     ("delete", "nodes"), ("patch", "nodes"), ("get", "nodes"),
@@ -163,8 +164,6 @@ ALLOWED = [
     # (tests/chaos/test_refusals.py), Services and the runner's RBAC included.
     ("delete", "services", "-n", TEAM), ("delete", "serviceaccounts", "-n", TEAM), ("delete", "roles", "-n", TEAM),
     ("delete", "rolebindings", "-n", TEAM),
-    # routing.auth.apiKeys: a key Secret is looked up by name before the SecurityPolicy naming it is applied.
-    ("get", "secrets", "-n", TEAM),
 ]
 
 
@@ -188,7 +187,7 @@ def test_can_i_list_has_no_wildcards_beyond_what_every_user_has(release: Release
     wildcards = {row for row in mine if "*" in " ".join(row)}
     assert wildcards <= baseline
     assert all(resource == "" for resource, _, _ in wildcards), wildcards
-    assert [row for row in mine if row[0].startswith("secrets")] == [("secrets", "[]", "[get]")], mine
+    assert [row for row in mine if row[0].startswith("secrets")] == [], mine  # rbac.keySecrets is off by default
 
 
 def _granted(cluster: LocalCluster, role: str, namespace: str = "") -> set[tuple[str, str, str]]:
@@ -241,10 +240,9 @@ NOT_EXERCISED_HERE = {("delete", "apps", "deployments")} | {
     } | {(verb, "inference.networking.x-k8s.io", "inferencemodelrewrites") for verb in ("get", "list", "watch")} | {
     # routing.gateway: no fleet names a Gateway in this run (tests/integration/test_gateway_claims.py looks one up).
     ("list", "gateway.networking.k8s.io", "gateways")} | {
-    # routing.auth.apiKeys: no fleet with keys in this run (tests/integration/test_gateway_keys_canary.py looks a key
-    # Secret up and applies the SecurityPolicy). Envoy Gateway's CRDs are not installed here, so none of its policy
-    # kinds is watched or written (tests/integration/test_envoy_gateway_policies.py writes and prunes them).
-    ("get", "", "secrets")} | {
+    # routing.auth.apiKeys: no fleet with keys in this run (tests/integration/test_gateway_keys_canary.py applies the
+    # SecurityPolicy). Envoy Gateway's CRDs are not installed here, so none of its policy kinds is watched or written
+    # (tests/integration/test_envoy_gateway_policies.py writes and prunes them).
     (verb, "gateway.envoyproxy.io", kind) for verb in ("list", "watch", "patch", "delete")
     for kind in ("envoyextensionpolicies", "backendtrafficpolicies", "securitypolicies")}
 

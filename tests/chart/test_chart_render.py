@@ -444,12 +444,12 @@ def test_notes_tell_the_user_what_to_do_next() -> None:
     assert "crds.keep=false: `helm uninstall` deletes the CRD" in notes
 
 
-def test_secrets_are_only_get_by_name_and_rbac_key_secrets_false_removes_them() -> None:
-    """routing.auth.apiKeys: `get` on Secrets (no list, no watch, nothing else of theirs) by default, in every
-    operator (Cluster)Role; with rbac.keySecrets false no rule names Secrets at all."""
+def test_no_rule_names_secrets_unless_rbac_key_secrets_adds_get_by_name() -> None:
+    """By default no rule of the chart names Secrets; rbac.keySecrets true (routing.auth.apiKeys' existence check)
+    adds `get` on Secrets (no list, no watch, nothing else of theirs) to every operator (Cluster)Role."""
     for values in ({}, NAMESPACED):
-        secret_rules = [rule for _, _, rule in rules_of(template(values)) if "secrets" in rule["resources"]]
+        assert [r for _, _, r in rules_of(template(values)) if "secrets" in r["resources"]] == [], values
+        on = template({**values, "rbac": {"keySecrets": True}})
+        secret_rules = [rule for _, _, rule in rules_of(on) if "secrets" in rule["resources"]]
         expected = 1 if not values else len(NAMESPACED["watchNamespaces"])
         assert secret_rules == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}] * expected, values
-        off = template({**values, "rbac": {"keySecrets": False}})
-        assert [r for _, _, r in rules_of(off) if "secrets" in r["resources"]] == [], values

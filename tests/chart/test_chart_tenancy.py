@@ -157,6 +157,10 @@ def rendered_tables() -> dict[str, set[Triple]]:
         "leader-election": _triples(one(wide, "Role", "-leader-election")["rules"]),
         "edit": _triples(one(wide, "ClusterRole", "-edit")["rules"]),
         "view": _triples(one(wide, "ClusterRole", "-view")["rules"]),
+        # What rbac.keySecrets true adds to the operator's ClusterRole (off by default).
+        "key-secrets": _triples([r for d in _operator_roles(template({"rbac": {"keySecrets": True}}), "ClusterRole")
+                                 for r in d["rules"]]) - _triples([r for d in _operator_roles(wide, "ClusterRole")
+                                                                   for r in d["rules"]]),
     }
 
 

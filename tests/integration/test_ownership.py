@@ -52,9 +52,11 @@ FLEETS: dict[str, dict[str, Any]] = {
                              "scaleToZero": {"hosts": ["zero.example.com"]}}},
     # LeaderWorkerSet.
     "multi": {"model": {"name": MODEL}, "gpu": {"product": H100}, "parallelism": {"pipeline": 2, "nodes": 2}},
-    # Envoy Gateway's EnvoyExtensionPolicy and BackendTrafficPolicy (routing.gateway.implementation EnvoyGateway).
+    # Envoy Gateway's EnvoyExtensionPolicy and BackendTrafficPolicy (routing.gateway.implementation EnvoyGateway),
+    # and the SecurityPolicy of routing.auth.apiKeys (its key Secret envoy-keys made before the fleet).
     "envoy": {"model": {"name": MODEL}, "engine": {"maxModelLen": 4096}, "gpu": {"product": "NVIDIA-A10G"},
-              "routing": {"gateway": {"name": "inference-gateway", "implementation": "EnvoyGateway"}}},
+              "routing": {"gateway": {"name": "inference-gateway", "implementation": "EnvoyGateway"},
+                          "auth": {"apiKeys": {"secretRefs": [{"name": "envoy-keys"}]}}}},
 }
 # What each fleet makes once the names are free: everything, but a prefetch holds the rest until its Job succeeded
 # (no volume binds the claim here).
@@ -137,7 +139,7 @@ def third_party_apis(cluster: LocalCluster) -> Iterator[None]:
     wanted = {crd_name(p): p for p in third_party_crds() if not crd_name(p).endswith("cert-manager.io")}
     # Envoy Gateway's policy kinds, from its chart (the module cache): routing.gateway.implementation EnvoyGateway.
     eg_crds = binaries.ensure_gateway().chart / "crds" / "generated"
-    for plural in ("envoyextensionpolicies", "backendtrafficpolicies"):
+    for plural in ("envoyextensionpolicies", "backendtrafficpolicies", "securitypolicies"):
         path = eg_crds / f"gateway.envoyproxy.io_{plural}.yaml"
         wanted[crd_name(path)] = path
     installed = [name for name in wanted if cluster.kubectl("get", "crd", name, check=False).returncode != 0]
@@ -160,6 +162,9 @@ def test_a_fleet_never_takes_over_a_foreign_object_of_any_kind(
     cluster.kubectl("create", "-n", namespace, "-f", "-",
                     input=json.dumps({"apiVersion": "v1", "kind": "List", "items": theirs}))
     before = _settled(cluster, namespace, len(theirs))
+    # The key Secret routing.auth.apiKeys names (not a child: the user's; without it that fleet is Stalled
+    # APIKeySecretNotFound before it looks for foreign objects).
+    cluster.kubectl("create", "secret", "generic", "envoy-keys", "-n", namespace, "--from-literal=team-a=sk-own")
 
     since = time.time()
     for name, spec in FLEETS.items():

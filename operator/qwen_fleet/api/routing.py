@@ -137,8 +137,9 @@ class ApiKeys(ApiModel, rules=[Rule(
                                             "OpenAI client does, Authorization: Bearer <key>; a request without "
                                             "a known key is answered 401 by the gateway. A key may appear in "
                                             "only one client of all the Secrets (Envoy Gateway refuses "
-                                            "duplicates). The operator never reads the keys: it checks that each "
-                                            "Secret exists (Stalled APIKeySecretNotFound) by its metadata only.")
+                                            "duplicates). The operator never reads the keys; with the chart's "
+                                            "rbac.keySecrets it checks that each Secret exists (Stalled "
+                                            "APIKeySecretNotFound) by its metadata only.")
 
 
 class RoutingAuth(ApiModel):
