@@ -16,8 +16,11 @@ cold start in the fleet's status is the engine's real start-up. The interceptor 
 loopback address the engine listens on. Prometheus scrapes the engine for the pod (PodTarget, as in
 bench/keda_vs_hpa.py), so KEDA's queue-depth and KV-cache triggers read the real engine.
 
-``python -m bench.scale_to_zero`` writes bench/results/scale-to-zero.{json,md}; tests/integration/test_keda_http.py
-runs one cycle and checks it.
+``python -m bench.scale_to_zero`` writes bench/results/scale-to-zero.{json,md} (the real engine: its cold start is
+the figure); tests/integration/test_keda_http.py runs one cycle and checks it with the llm-d inference simulator
+as the engine (``simulate=True``): what it checks is the add-on holding requests, KEDA's wake and the operator's
+status, not the engine, whose own scale to zero and cold start on a real pod are
+tests/node/test_scale_to_zero_node.py's.
 """
 
 from __future__ import annotations
@@ -85,7 +88,8 @@ class EngineKubelet:
     workdir: Path
     service_port: int
     address: str = field(default_factory=lambda: f"127.{random.randint(20, 250)}.{random.randint(0, 250)}.1")
-    engines: dict[str, Any] = field(default_factory=dict)  # pod name -> VllmServer
+    simulate: bool = False  # the llm-d inference simulator as the engine (tests/support/sim.py) instead of vLLM
+    engines: dict[str, Any] = field(default_factory=dict)  # pod name -> VllmServer (or SimServer)
     marks: dict[str, float] = field(default_factory=dict)  # what happened when (time.monotonic())
     _ips: int = 0
 
@@ -110,10 +114,7 @@ class EngineKubelet:
                 self.marks.setdefault("pod_seen", time.monotonic())
                 # Spawned from this thread, which outlives it (PR_SET_PDEATHSIG); its readiness is what this loop
                 # watches, as the readiness probe would.
-                self.engines[name] = EarlyVllmServer(
-                    ENGINE_ARGS, ENGINE_ENV, self.model_dir, port=self.service_port, host=self.address,
-                    served_model_name=SERVED_MODEL, python=self.python,
-                    log_path=self.workdir / f"vllm-{name}.log").begin()
+                self.engines[name] = self._engine(name)
                 self.marks["engine_started"] = time.monotonic()
                 self._report(pod, ready=False)
             elif name in self.engines and not self.engines[name].running():
@@ -129,6 +130,19 @@ class EngineKubelet:
             self.env.stack.set_pod_targets([])
             self.engines.pop(name).stop()
             self.marks["engine_stopped"] = time.monotonic()
+
+    def _engine(self, pod: str) -> Any:
+        """The pod's engine, started (a simulator answers /health at once; vLLM's readiness is watched)."""
+        if self.simulate:
+            from tests.support.sim import SimServer
+
+            # It listens on every IPv4 address, so on self.address too; a request of `send` in about 0.2 s.
+            return SimServer(served_model_name=SERVED_MODEL, port=self.service_port, max_num_seqs=4,
+                             max_model_len=1024, time_to_first_token=0.1, inter_token_latency=0.01,
+                             log_path=self.workdir / f"sim-{pod}.log").start()
+        return EarlyVllmServer(ENGINE_ARGS, ENGINE_ENV, self.model_dir, port=self.service_port, host=self.address,
+                               served_model_name=SERVED_MODEL, python=self.python,
+                               log_path=self.workdir / f"vllm-{pod}.log").begin()
 
     def stop(self) -> None:
         for server in self.engines.values():
@@ -161,10 +175,10 @@ class EngineKubelet:
             raise RuntimeError(f"reporting pod {pod['metadata']['name']}'s status failed: {done.stderr}")
 
 
-def _serves(server: EarlyVllmServer) -> bool:
+def _serves(server: Any) -> bool:
     """The readiness probe the operator renders: GET /health answers 200."""
     try:
-        return server.get("/health", timeout=2)[0] == 200
+        return bool(server.get("/health", timeout=2)[0] == 200)
     except OSError:
         return False
 
@@ -273,19 +287,23 @@ def cold_start(env: Env, namespace: str, kubelet: EngineKubelet, t0: float) -> d
 
 
 @contextlib.contextmanager
-def scale_to_zero_environment(workdir: Path) -> Iterator[tuple[Env, str, str]]:
-    """The KEDA environment with the add-on, fleet pods held for EngineKubelet; the engine's model and python."""
+def scale_to_zero_environment(workdir: Path, simulate: bool = False) -> Iterator[tuple[Env, str, str]]:
+    """The KEDA environment with the add-on, fleet pods held for EngineKubelet; the engine's model and python
+    (none with ``simulate``: the simulator needs neither)."""
     from tests.support.tiny_qwen import TinyQwen, make_tiny_model, vllm_python
 
-    python = vllm_python()
-    model = make_tiny_model(workdir / "model", TinyQwen(), python=python)
+    model, python = "", ""
+    if not simulate:
+        python = vllm_python()
+        model = str(make_tiny_model(workdir / "model", TinyQwen(), python=python))
     with environment(workdir, http_add_on=True, held_pod_label=INSTANCE_LABEL) as env:
-        yield env, str(model), python
+        yield env, model, python
 
 
-def scenario(env: Env, namespace: str, model: str, python: str, workdir: Path, cycles: int) -> dict[str, Any]:
+def scenario(env: Env, namespace: str, model: str, python: str, workdir: Path, cycles: int,
+             simulate: bool = False) -> dict[str, Any]:
     env.cluster.kubectl("create", "namespace", namespace)
-    kubelet = EngineKubelet(env, namespace, Path(model), python, workdir, free_port())
+    kubelet = EngineKubelet(env, namespace, Path(model), python, workdir, free_port(), simulate=simulate)
     t0 = time.monotonic()
     out: dict[str, Any] = {"cycles": []}
     try:
@@ -305,7 +323,8 @@ def scenario(env: Env, namespace: str, model: str, python: str, workdir: Path, c
         kubelet.stop()
     out["setup"] = {"idle_seconds": IDLE_SECONDS, "hold_timeout_seconds": HOLD_SECONDS, "requests": REQUESTS,
                     "keda": versions.KEDA, "keda_http_add_on": versions.KEDA_HTTP_ADDON, "vllm": versions.VLLM,
-                    "engine": "vLLM CPU, tiny random-weight Qwen2 (FACTS.md), " + " ".join(ENGINE_ARGS)}
+                    "engine": (f"llm-d inference simulator {versions.LLM_D_INFERENCE_SIM}" if simulate else
+                               "vLLM CPU, tiny random-weight Qwen2 (FACTS.md), " + " ".join(ENGINE_ARGS))}
     return out
 
 

@@ -21,6 +21,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -47,6 +48,14 @@ def _fleet(name: str, routing: dict[str, Any], served: str = "qwen") -> dict[str
             "spec": {"model": {"name": "Qwen/Qwen3-4B-Instruct-2507", "servedModelName": served},
                      "engine": {"maxModelLen": 4096}, "gpu": {"product": "NVIDIA-A10G"},
                      "routing": copy.deepcopy(routing)}}
+
+
+def _after_creation_second(cluster: LocalCluster, namespace: str, name: str) -> None:
+    """Return once this machine's clock (the apiserver's: it runs here) is past the second QwenInference ``name``
+    was created in."""
+    stamp = get(cluster, "qwi", name, namespace)["metadata"]["creationTimestamp"]
+    created = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    time.sleep(max(0.0, created + 1.05 - time.time()))
 
 
 def _present(cluster: LocalCluster, names: list[str]) -> list[str]:
@@ -177,7 +186,10 @@ def test_a_canary_is_checked_then_weighted_and_not_a_claim_on_the_model_name(
                                                                                          "stable")[2]
         assert get(cluster, "httproute", "stable", namespace) is None
 
-        # A canary of another model: Stalled naming both, still nothing of the stable fleet.
+        # A canary of another model: Stalled naming both, still nothing of the stable fleet. Made in a later second
+        # than "stable": creationTimestamp has whole seconds, and a tie goes to the name ("next" < "stable"), as the
+        # Gateway API's route precedence does, which would make "next" the older fleet (render/model_claims.py).
+        _after_creation_second(cluster, namespace, "stable")
         apply(cluster, namespace, _fleet("next", {"gateway": ENVOY}, served="qwen-other"))
         wait_until("Stalled CanaryModelMismatch",
                    lambda: _stalled(cluster, namespace, "stable")[:2] == ("True", "CanaryModelMismatch"), 30)
