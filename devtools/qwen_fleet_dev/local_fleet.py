@@ -67,7 +67,11 @@ def cpu_fleet(name: str, image: str, replicas: int = 1, extra_args: tuple[str, .
             "device": "CPU",
             "engine": {"image": image, "maxModelLen": max_model_len, "maxNumSeqs": 8, "enforceEager": True,
                        "shutdownTimeoutSeconds": 5, "extraArgs": list(extra_args),
-                       "env": [{"name": "VLLM_CPU_KVCACHE_SPACE", "value": str(KV_SPACE_GIB)}]},
+                       "env": [{"name": "VLLM_CPU_KVCACHE_SPACE", "value": str(KV_SPACE_GIB)},
+                               # One rank: the worker in the engine-core process, as vLLM lays out one GPU rank
+                               # (its uni executor); the CPU platform otherwise spawns it as a third interpreter
+                               # importing torch and vllm, ~25 % of a pod's start (bench/results/engine-start.md).
+                               {"name": "VLLM_ENABLE_V1_MULTIPROCESSING", "value": "0"}]},
             "replicas": replicas,
             # One pod more during a rollout, none fewer: a one-replica fleet keeps serving while it rolls.
             "rollout": {"maxSurge": 1, "maxUnavailable": 0},
