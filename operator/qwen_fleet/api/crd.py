@@ -15,6 +15,7 @@ from qwen_fleet.api import batch as b
 from qwen_fleet.api import resource as r
 from qwen_fleet.api.base import ApiModel
 from qwen_fleet.api.pools import POOLS_SWITCH_CEL, POOLS_SWITCH_MESSAGE
+from qwen_fleet.group import GROUP, VERSION
 
 _DROP_KEYS = {"title", "additionalProperties", "$defs"}
 # kind -> (the resource, its spec, its status)
@@ -209,18 +210,18 @@ def _crd(kind: str, plural: str, singular: str, short_names: tuple[str, ...], su
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": f"{plural}.{r.GROUP}",
+            "name": f"{plural}.{GROUP}",
             "labels": {"app.kubernetes.io/name": "qwen-fleet", "app.kubernetes.io/component": "crd"},
         },
         "spec": {
-            "group": r.GROUP,
+            "group": GROUP,
             "scope": "Namespaced",
             "names": {
                 "kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": singular,
                 "shortNames": list(short_names), "categories": list(r.CATEGORIES),
             },
             "versions": [{
-                "name": r.VERSION,
+                "name": VERSION,
                 "served": True,
                 "storage": True,
                 "schema": {"openAPIV3Schema": spec_schema(kind)},
@@ -237,4 +238,4 @@ def render_yaml(kind: str = r.KIND) -> str:
     return header + yaml.safe_dump(crd(kind), sort_keys=False, width=120)
 
 
-CRD_FILES = {r.KIND: f"qwenfleet.io_{r.PLURAL}.yaml", b.BATCH_KIND: f"qwenfleet.io_{b.BATCH_PLURAL}.yaml"}
+CRD_FILES = {r.KIND: f"{GROUP}_{r.PLURAL}.yaml", b.BATCH_KIND: f"{GROUP}_{b.BATCH_PLURAL}.yaml"}

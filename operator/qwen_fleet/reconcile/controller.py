@@ -23,6 +23,7 @@ from qwen_fleet.plan import Plan, make_plan
 from qwen_fleet.reconcile.changes import AUTOSCALER_KINDS, HANDOVER_MANAGER, ChangeSet, child_key, plan_changes
 from qwen_fleet.reconcile.cold_start import MODEL_CACHED
 from qwen_fleet.reconcile.cold_start import describe as describe_cold_start
+from qwen_fleet.reconcile.kinds import OPTIONAL_KINDS, capabilities_of
 from qwen_fleet.reconcile.kube import KubeClient, KubeError
 from qwen_fleet.reconcile.ownership import FOREIGN_REASON, FOREIGN_RECHECK_SECONDS, held_message
 from qwen_fleet.reconcile.prefetch import Prefetch, prefetch_of
@@ -36,21 +37,7 @@ from qwen_fleet.reconcile.status import (
     status_patch,
 )
 from qwen_fleet.reconcile.store import ChildKey, Store, nccl_status
-from qwen_fleet.reconcile.workload import (
-    BACKEND_TRAFFIC_POLICY,
-    ENVOY_EXTENSION_POLICY,
-    HTTP_ROUTE,
-    INFERENCE_OBJECTIVE,
-    INFERENCE_POOL,
-    KEDA,
-    KEDA_HTTP,
-    LWS,
-    SECURITY_POLICY,
-    missing_capability,
-    pools_rollout_view,
-    rollout_view,
-    workload_kind,
-)
+from qwen_fleet.reconcile.workload import missing_capability, pools_rollout_view, rollout_view, workload_kind
 from qwen_fleet.render import Capabilities, render_children
 from qwen_fleet.render.canary import canary_problem, traffic_status
 from qwen_fleet.render.common import selector_string
@@ -122,22 +109,9 @@ class Controller:
         self.terminating: dict[Key, str] = {}
 
     async def refresh_capabilities(self) -> None:
-        self.capabilities = Capabilities(
-            service_monitor=await self.kube.api_exists("monitoring.coreos.com/v1", "servicemonitors"),
-            prometheus_rule=await self.kube.api_exists("monitoring.coreos.com/v1", "prometheusrules"),
-            leader_worker_set=await self.kube.api_exists(LWS.api_version, LWS.plural),
-            keda=await self.kube.api_exists(KEDA.api_version, KEDA.plural),
-            keda_http=await self.kube.api_exists(KEDA_HTTP.api_version, KEDA_HTTP.plural),
-            inference_pool=await self.kube.api_exists(INFERENCE_POOL.api_version, INFERENCE_POOL.plural),
-            inference_objective=await self.kube.api_exists(INFERENCE_OBJECTIVE.api_version,
-                                                           INFERENCE_OBJECTIVE.plural),
-            http_route=await self.kube.api_exists(HTTP_ROUTE.api_version, HTTP_ROUTE.plural),
-            envoy_gateway=(await self.kube.api_exists(ENVOY_EXTENSION_POLICY.api_version,
-                                                      ENVOY_EXTENSION_POLICY.plural)
-                           and await self.kube.api_exists(BACKEND_TRAFFIC_POLICY.api_version,
-                                                          BACKEND_TRAFFIC_POLICY.plural)),
-            security_policy=await self.kube.api_exists(SECURITY_POLICY.api_version, SECURITY_POLICY.plural),
-        )
+        served = [child.kind for child in OPTIONAL_KINDS if await self.kube.api_exists(child.api_version,
+                                                                                        child.plural)]
+        self.capabilities = capabilities_of(served)
 
     async def reconcile(self, key: Key) -> Result | None:
         raw = self.store.resources.get(key)
