@@ -14,6 +14,7 @@ import yaml
 from qwen_fleet.api import batch as b
 from qwen_fleet.api import resource as r
 from qwen_fleet.api.base import ApiModel
+from qwen_fleet.api.conditions import ConditionType
 from qwen_fleet.api.pools import POOLS_SWITCH_CEL, POOLS_SWITCH_MESSAGE
 from qwen_fleet.group import GROUP, VERSION
 
@@ -158,9 +159,13 @@ def spec_schema(kind: str = r.KIND) -> dict[str, Any]:
     return dict(root)
 
 
+# The Ready condition, for the printer columns (`kubectl get qwi` READY and REASON).
+READY_CONDITION = f'.status.conditions[?(@.type=="{ConditionType.READY}")]'
+
+
 def printer_columns() -> list[dict[str, Any]]:
     return [
-        {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+        {"name": "Ready", "type": "string", "jsonPath": f"{READY_CONDITION}.status"},
         {"name": "Replicas", "type": "integer", "jsonPath": ".status.readyReplicas",
          "description": "Ready replicas"},
         {"name": "Model", "type": "string", "jsonPath": ".spec.model.name"},
@@ -174,7 +179,7 @@ def printer_columns() -> list[dict[str, Any]]:
          "description": "Seconds the last start from zero took (pod creation to Ready)"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         {"name": "Reason", "type": "string", "priority": 1,
-         "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'},
+         "jsonPath": f"{READY_CONDITION}.reason"},
     ]
 
 
@@ -191,7 +196,7 @@ def batch_printer_columns() -> list[dict[str, Any]]:
         {"name": "Fleet", "type": "string", "priority": 1, "jsonPath": ".spec.fleetRef.name"},
         {"name": "Job", "type": "string", "priority": 1, "jsonPath": ".status.job"},
         {"name": "Reason", "type": "string", "priority": 1,
-         "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'},
+         "jsonPath": f"{READY_CONDITION}.reason"},
     ]
 
 

@@ -17,11 +17,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from qwen_fleet.api import API_VERSION, KIND, QwenInference
+from qwen_fleet.api.conditions import AUTOSCALER_CONDITIONS, Reason
+from qwen_fleet.api.conditions import ConditionType as Type
 from qwen_fleet.api.messages import validation_message
 from qwen_fleet.config import OperatorConfig
 from qwen_fleet.plan import Plan, make_plan
 from qwen_fleet.reconcile.changes import AUTOSCALER_KINDS, HANDOVER_MANAGER, ChangeSet, child_key, plan_changes
-from qwen_fleet.reconcile.cold_start import MODEL_CACHED
 from qwen_fleet.reconcile.cold_start import describe as describe_cold_start
 from qwen_fleet.reconcile.kinds import OPTIONAL_KINDS, capabilities_of
 from qwen_fleet.reconcile.kube import KubeClient, KubeError
@@ -50,7 +51,8 @@ from qwen_fleet.render.scale_to_zero import client_endpoint
 log = logging.getLogger("qwen_fleet.reconcile")
 
 # Ready reasons that deserve a Warning Event when they appear (see reconcile/status.py).
-TROUBLE = {"NCCLPreflightFailed", "EngineFailed", "PodsPending", "Retrying", "FailedCreate"} | WAITING_TROUBLE
+TROUBLE = {Reason.NCCL_PREFLIGHT_FAILED, Reason.ENGINE_FAILED, Reason.PODS_PENDING, Reason.RETRYING,
+           Reason.FAILED_CREATE} | WAITING_TROUBLE
 
 EmitEvent = Callable[[dict[str, Any], str, str, str], None]  # (resource, type, reason, message)
 
@@ -128,7 +130,7 @@ class Controller:
         try:
             cr = QwenInference.model_validate({"metadata": raw["metadata"], "spec": raw.get("spec") or {}})
         except ValidationError as err:
-            outcome = Outcome.stalled("InvalidSpec", validation_message(err))
+            outcome = Outcome.stalled(Reason.INVALID_SPEC, validation_message(err))
         else:
             plan = make_plan(cr, self.config)
             if plan.problems:
@@ -159,7 +161,7 @@ class Controller:
             if err.transient or err.status == 403:
                 result.outcome = Outcome.retrying(f"{err.status} {err.reason}: {err.message}"[:1000])
             else:  # the apiserver refused what we rendered: a spec the CRD let through but cannot work
-                result.outcome = Outcome.stalled("ApplyRejected", err.message[:2000])
+                result.outcome = Outcome.stalled(Reason.APPLY_REJECTED, err.message[:2000])
                 self.refused[key] = (uid, generation, result.outcome)
         else:
             if desired is not None and not held:
@@ -336,24 +338,23 @@ class Controller:
             prev = before.get(cond["type"])
             if prev is not None and prev.get("status") == cond["status"] and prev.get("reason") == cond["reason"]:
                 continue
-            if cond["type"] == "Stalled" and cond["status"] == "True":
+            if cond["type"] == Type.STALLED and cond["status"] == "True":
                 self.emit(raw, "Warning", cond["reason"], cond["message"])
-            elif cond["type"] == "Ready" and cond["status"] == "True":
+            elif cond["type"] == Type.READY and cond["status"] == "True":
                 self.emit(raw, "Normal", "Ready", cond["message"])
-            elif cond["type"] == "Ready" and cond["reason"] in TROUBLE:
+            elif cond["type"] == Type.READY and cond["reason"] in TROUBLE:
                 self.emit(raw, "Warning", cond["reason"], cond["message"])
-            elif cond["type"] == "Ready" and cond["reason"] in ("ModelPrefetching", "ScalingFromZero"):
+            elif cond["type"] == Type.READY and cond["reason"] in (Reason.MODEL_PREFETCHING, Reason.SCALING_FROM_ZERO):
                 self.emit(raw, "Normal", cond["reason"], cond["message"])
-            elif cond["type"] == "Ready" and prev is not None and prev.get("status") == "True":
+            elif cond["type"] == Type.READY and prev is not None and prev.get("status") == "True":
                 self.emit(raw, "Warning", "NotReady", f"{cond['reason']}: {cond['message']}")
-            elif cond["type"] == MODEL_CACHED and cond["status"] == "False":
+            elif cond["type"] == Type.MODEL_CACHED and cond["status"] == "False":
                 # Scale to zero downloading the model at every cold start: it works, slowly (cold_start.py).
                 self.emit(raw, "Warning", cond["reason"], cond["message"])
-            elif cond["type"] == "ScaledObjectFallback" and cond["status"] == "True":
+            elif cond["type"] == Type.SCALED_OBJECT_FALLBACK and cond["status"] == "True":
                 # KEDA's queries fail and it holds a fallback count: the fleet no longer follows its load.
                 self.emit(raw, "Warning", "ScaledObjectFallbackTrue", cond["message"])
-            elif cond["type"] in ("ScalingActive", "ScalingLimited", "ScaledObjectReady", "ScaledObjectFallback") \
-                    and prev is not None:
+            elif cond["type"] in AUTOSCALER_CONDITIONS and prev is not None:
                 self.emit(raw, "Normal", f"{cond['type']}{cond['status']}", cond["message"])
 
 

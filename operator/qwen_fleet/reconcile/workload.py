@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from qwen_fleet.api.conditions import is_true
 from qwen_fleet.plan import Plan
 from qwen_fleet.reconcile.kinds import CHILD_KIND, CHILD_KINDS, serves
 from qwen_fleet.reconcile.status import Outcome
@@ -88,11 +89,6 @@ def missing_routing_api(plan: Plan, caps: Capabilities) -> Outcome | None:
     return None
 
 
-def _condition_true(obj: Mapping[str, Any], type_: str) -> bool:
-    conds = (obj.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == type_ and c.get("status") == "True" for c in conds)
-
-
 def rollout_view(workload: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The workload as a Deployment-shaped dict (metadata.generation, spec.replicas, status counts)."""
     if workload is None or workload.get("kind") != "LeaderWorkerSet":
@@ -103,7 +99,7 @@ def rollout_view(workload: Mapping[str, Any] | None) -> dict[str, Any] | None:
         "replicas": int(st.get("replicas") or 0),
         "readyReplicas": ready,
         "updatedReplicas": int(st.get("updatedReplicas") or 0),
-        "availableReplicas": ready if _condition_true(workload, "Available") else 0,
+        "availableReplicas": ready if is_true(workload, "Available") else 0,
     }
     if "observedGeneration" in st:
         view_status["observedGeneration"] = st["observedGeneration"]
