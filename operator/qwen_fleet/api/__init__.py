@@ -2,16 +2,14 @@
 
 from qwen_fleet.api.base import ApiModel, Rule
 from qwen_fleet.api.resource import (
-    API_VERSION,
-    GROUP,
     KIND,
     PLURAL,
-    VERSION,
     Condition,
     QwenInference,
     QwenInferenceSpec,
     QwenInferenceStatus,
 )
+from qwen_fleet.group import API_VERSION, GROUP, VERSION
 
 __all__ = [
     "API_VERSION", "GROUP", "KIND", "PLURAL", "VERSION", "ApiModel", "Condition", "QwenInference",

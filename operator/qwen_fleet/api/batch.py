@@ -29,6 +29,7 @@ from qwen_fleet.api.engine import EnvVar, PvcSource
 from qwen_fleet.api.fleet import LabelValue, Toleration
 from qwen_fleet.api.resource import NAME_FORMAT_RULE, Condition
 from qwen_fleet.batchrun.sinks import CONFIGMAP_LIMIT, FlushPolicy
+from qwen_fleet.group import API_VERSION
 
 BATCH_KIND = "QwenBatch"
 BATCH_PLURAL = "qwenbatches"
@@ -245,8 +246,9 @@ BATCH_NAME_RULE = Rule(
 class QwenBatch(NamedObject, ApiModel, rules=[BATCH_NAME_RULE, NAME_FORMAT_RULE]):
     """A batch of OpenAI-format requests run by a Job, through a fleet or on dedicated GPUs."""
 
+    # The Literal and its default must be written out; tests/unit/test_group.py holds them to API_VERSION.
     api_version: Literal["qwenfleet.io/v1alpha1"] = Field(default="qwenfleet.io/v1alpha1", alias="apiVersion",
-                                                          description="qwenfleet.io/v1alpha1")
+                                                          description=API_VERSION)
     kind: Literal["QwenBatch"] = Field(default="QwenBatch", description="QwenBatch")
     metadata: dict[str, Any] = Field(default_factory=dict, description="Standard object metadata.")
     spec: QwenBatchSpec = Field(description="Desired state.")

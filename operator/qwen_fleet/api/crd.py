@@ -14,7 +14,9 @@ import yaml
 from qwen_fleet.api import batch as b
 from qwen_fleet.api import resource as r
 from qwen_fleet.api.base import ApiModel
+from qwen_fleet.api.conditions import ConditionType
 from qwen_fleet.api.pools import POOLS_SWITCH_CEL, POOLS_SWITCH_MESSAGE
+from qwen_fleet.group import GROUP, VERSION
 
 _DROP_KEYS = {"title", "additionalProperties", "$defs"}
 # kind -> (the resource, its spec, its status)
@@ -157,9 +159,13 @@ def spec_schema(kind: str = r.KIND) -> dict[str, Any]:
     return dict(root)
 
 
+# The Ready condition, for the printer columns (`kubectl get qwi` READY and REASON).
+READY_CONDITION = f'.status.conditions[?(@.type=="{ConditionType.READY}")]'
+
+
 def printer_columns() -> list[dict[str, Any]]:
     return [
-        {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+        {"name": "Ready", "type": "string", "jsonPath": f"{READY_CONDITION}.status"},
         {"name": "Replicas", "type": "integer", "jsonPath": ".status.readyReplicas",
          "description": "Ready replicas"},
         {"name": "Model", "type": "string", "jsonPath": ".spec.model.name"},
@@ -173,7 +179,7 @@ def printer_columns() -> list[dict[str, Any]]:
          "description": "Seconds the last start from zero took (pod creation to Ready)"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         {"name": "Reason", "type": "string", "priority": 1,
-         "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'},
+         "jsonPath": f"{READY_CONDITION}.reason"},
     ]
 
 
@@ -190,7 +196,7 @@ def batch_printer_columns() -> list[dict[str, Any]]:
         {"name": "Fleet", "type": "string", "priority": 1, "jsonPath": ".spec.fleetRef.name"},
         {"name": "Job", "type": "string", "priority": 1, "jsonPath": ".status.job"},
         {"name": "Reason", "type": "string", "priority": 1,
-         "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'},
+         "jsonPath": f"{READY_CONDITION}.reason"},
     ]
 
 
@@ -209,18 +215,18 @@ def _crd(kind: str, plural: str, singular: str, short_names: tuple[str, ...], su
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": f"{plural}.{r.GROUP}",
+            "name": f"{plural}.{GROUP}",
             "labels": {"app.kubernetes.io/name": "qwen-fleet", "app.kubernetes.io/component": "crd"},
         },
         "spec": {
-            "group": r.GROUP,
+            "group": GROUP,
             "scope": "Namespaced",
             "names": {
                 "kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": singular,
                 "shortNames": list(short_names), "categories": list(r.CATEGORIES),
             },
             "versions": [{
-                "name": r.VERSION,
+                "name": VERSION,
                 "served": True,
                 "storage": True,
                 "schema": {"openAPIV3Schema": spec_schema(kind)},
@@ -237,4 +243,4 @@ def render_yaml(kind: str = r.KIND) -> str:
     return header + yaml.safe_dump(crd(kind), sort_keys=False, width=120)
 
 
-CRD_FILES = {r.KIND: f"qwenfleet.io_{r.PLURAL}.yaml", b.BATCH_KIND: f"qwenfleet.io_{b.BATCH_PLURAL}.yaml"}
+CRD_FILES = {r.KIND: f"{GROUP}_{r.PLURAL}.yaml", b.BATCH_KIND: f"{GROUP}_{b.BATCH_PLURAL}.yaml"}

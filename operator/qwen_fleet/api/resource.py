@@ -14,10 +14,8 @@ from qwen_fleet.api.routing import RoutingSpec
 from qwen_fleet.api.scaling import Autoscaling, Monitoring, Rollout
 from qwen_fleet.api.security import ENV_SPEC_RULES, LWS_NAME_RULE, PodSecurity
 from qwen_fleet.api.serving import ServingSpec, ServingStatus
+from qwen_fleet.group import API_VERSION
 
-GROUP = "qwenfleet.io"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "QwenInference"
 PLURAL = "qweninferences"
 SINGULAR = "qweninference"
@@ -397,8 +395,9 @@ class QwenInference(NamedObject, ApiModel, rules=[NAME_RULE, NAME_FORMAT_RULE, P
                                                   LWS_NAME_RULE, OWN_CACHE_CLAIM_RULE, CANARY_NOT_SELF_RULE]):
     """A fleet of vLLM servers for one Qwen model, with its Service and autoscaler."""
 
+    # The Literal and its default must be written out; tests/unit/test_group.py holds them to API_VERSION.
     api_version: Literal["qwenfleet.io/v1alpha1"] = Field(default="qwenfleet.io/v1alpha1", alias="apiVersion",
-                                                          description="qwenfleet.io/v1alpha1")
+                                                          description=API_VERSION)
     kind: Literal["QwenInference"] = Field(default="QwenInference", description="QwenInference")
     metadata: dict[str, Any] = Field(default_factory=dict, description="Standard object metadata.")
     spec: QwenInferenceSpec = Field(description="Desired state.")

@@ -17,6 +17,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from qwen_fleet.group import API_VERSION
+
 RUNNER_FIELD_MANAGER = "qwen-fleet-batch-runner"
 _SA = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -73,7 +75,7 @@ class KubeApi:
 
 
 def batch_status_path(namespace: str, name: str) -> str:
-    return f"/apis/qwenfleet.io/v1alpha1/namespaces/{namespace}/qwenbatches/{name}/status"
+    return f"/apis/{API_VERSION}/namespaces/{namespace}/qwenbatches/{name}/status"
 
 
 def configmap_path(namespace: str, name: str) -> str:
@@ -82,5 +84,5 @@ def configmap_path(namespace: str, name: str) -> str:
 
 def report_status(api: KubeApi, namespace: str, name: str, status: dict[str, Any]) -> None:
     api.apply(batch_status_path(namespace, name), {
-        "apiVersion": "qwenfleet.io/v1alpha1", "kind": "QwenBatch",
+        "apiVersion": API_VERSION, "kind": "QwenBatch",
         "metadata": {"name": name, "namespace": namespace}, "status": status})

@@ -16,13 +16,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from qwen_fleet.api.conditions import ConditionType as Type
+from qwen_fleet.api.conditions import condition, conditions_of, find_condition
 from qwen_fleet.batchrun.redact import redact_urls
 from qwen_fleet.reconcile.ownership import FOREIGN_REASON, Foreign, controlled_by, foreign, held_message
 from qwen_fleet.reconcile.prefetch import job_condition
-from qwen_fleet.reconcile.status import WAITING_TROUBLE, condition
+from qwen_fleet.reconcile.status import WAITING_TROUBLE
 
 OPERATOR_FIELDS = ("observedGeneration", "conditions", "job", "state", "startTime", "completionTime")
-CONDITION_TYPES = ("Ready", "Reconciling", "Stalled", "Complete", "Failed")
+CONDITION_TYPES = (Type.READY, Type.RECONCILING, Type.STALLED, Type.COMPLETE, Type.FAILED)
 POD_PROBLEMS = WAITING_TROUBLE | {"Unschedulable"}
 
 
@@ -85,9 +87,9 @@ def job_verdict(job: Mapping[str, Any] | None, job_name: str, counts: Mapping[st
     done = _counts(counts)
     if job is None:
         return Verdict("Pending", "Creating", f"creating Job {job_name}")
-    if job_condition(job, "Complete") is not None:
+    if job_condition(job, Type.COMPLETE) is not None:
         return Verdict("Complete", "Complete", f"Job {job_name} finished: {done}")
-    failed = job_condition(job, "Failed")
+    failed = job_condition(job, Type.FAILED)
     if failed is not None:
         why = str(failed.get("message") or failed.get("reason") or "")
         said = redact_urls(pod_message.strip())  # an input URL's credentials stay out of status and Events
@@ -130,10 +132,7 @@ def pod_problem(pods: Iterable[Mapping[str, Any]]) -> tuple[str, str] | None:
 
 
 def _pod_condition(pod: Mapping[str, Any], type_: str) -> Mapping[str, Any]:
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == type_:
-            return dict(cond)
-    return {}
+    return dict(find_condition(conditions_of(pod), type_) or {})
 
 
 def _short(text: Any, limit: int = 600) -> str:
@@ -155,11 +154,11 @@ def batch_status(old: Mapping[str, Any] | None, verdict: Verdict, generation: in
     previous = list(old.get("conditions") or [])
     state = verdict.state
     values = {
-        "Ready": ("True" if state == "Complete" else "False"),
-        "Reconciling": ("True" if state in ("Pending", "Running") else "False"),
-        "Stalled": ("True" if state in ("Stalled", "Failed") else "False"),
-        "Complete": ("True" if state == "Complete" else "False"),
-        "Failed": ("True" if state == "Failed" else "False"),
+        Type.READY: ("True" if state == "Complete" else "False"),
+        Type.RECONCILING: ("True" if state in ("Pending", "Running") else "False"),
+        Type.STALLED: ("True" if state in ("Stalled", "Failed") else "False"),
+        Type.COMPLETE: ("True" if state == "Complete" else "False"),
+        Type.FAILED: ("True" if state == "Failed" else "False"),
     }
     out: dict[str, Any] = {
         "observedGeneration": generation,
@@ -196,7 +195,5 @@ def transition_event(old: Mapping[str, Any] | None, verdict: Verdict) -> tuple[s
 
 
 def _reason(status: Mapping[str, Any] | None) -> str:
-    for cond in (status or {}).get("conditions") or []:
-        if cond.get("type") == "Ready":
-            return str(cond.get("reason") or "")
-    return ""
+    ready = find_condition((status or {}).get("conditions"), Type.READY)
+    return str((ready or {}).get("reason") or "")

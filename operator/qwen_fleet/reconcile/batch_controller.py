@@ -31,6 +31,8 @@ from pydantic import ValidationError
 
 from qwen_fleet.api import API_VERSION, GROUP, VERSION
 from qwen_fleet.api.batch import BATCH_KIND, BATCH_PLURAL, QwenBatch
+from qwen_fleet.api.conditions import ConditionType as Type
+from qwen_fleet.api.conditions import Reason, find_condition
 from qwen_fleet.api.messages import validation_message
 from qwen_fleet.api.security import fleet_api_key_ref
 from qwen_fleet.config import OperatorConfig
@@ -90,11 +92,11 @@ class BatchController:
         try:
             batch = QwenBatch.model_validate({"metadata": meta, "spec": raw.get("spec") or {}})
         except ValidationError as err:
-            await self._write(raw, Verdict("Stalled", "InvalidSpec", validation_message(err)), generation, None)
+            await self._write(raw, Verdict("Stalled", Reason.INVALID_SPEC, validation_message(err)), generation, None)
             return
         name, job = job_name(batch), self.jobs.get(key)
-        finished = any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
-                       for c in old.get("conditions") or [])
+        finished = any(find_condition(old.get("conditions"), t, "True") is not None
+                       for t in (Type.COMPLETE, Type.FAILED))
         if job is None and finished:
             return  # its Job was deleted after the end: the status stays the record
         fleet = None
@@ -123,7 +125,8 @@ class BatchController:
             job, refusal = await self._apply_children(key[0], children, found)
             if refusal is not None:
                 self.refused[key] = (uid, generation)
-                await self._write(raw, Verdict("Stalled", "ApplyRejected", refusal.message[:2000]), generation, None)
+                await self._write(raw, Verdict("Stalled", Reason.APPLY_REJECTED, refusal.message[:2000]), generation,
+                                  None)
                 return
             self.refused.pop(key, None)
             if job is not None:

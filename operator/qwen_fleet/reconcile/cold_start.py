@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from qwen_fleet.api.conditions import ConditionType
+
 
 def _time(value: Any) -> datetime | None:
     if not value:
@@ -121,7 +123,7 @@ def describe(cold: Mapping[str, Any]) -> str:
            f"created{detail}"
 
 
-MODEL_CACHED = "ModelCached"
+MODEL_CACHED = ConditionType.MODEL_CACHED  # the condition, and its reason when True
 NOT_CACHED = "ModelNotCached"
 
 

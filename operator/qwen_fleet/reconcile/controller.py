@@ -17,12 +17,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from qwen_fleet.api import API_VERSION, KIND, QwenInference
+from qwen_fleet.api.conditions import AUTOSCALER_CONDITIONS, Reason
+from qwen_fleet.api.conditions import ConditionType as Type
 from qwen_fleet.api.messages import validation_message
 from qwen_fleet.config import OperatorConfig
 from qwen_fleet.plan import Plan, make_plan
 from qwen_fleet.reconcile.changes import AUTOSCALER_KINDS, HANDOVER_MANAGER, ChangeSet, child_key, plan_changes
-from qwen_fleet.reconcile.cold_start import MODEL_CACHED
 from qwen_fleet.reconcile.cold_start import describe as describe_cold_start
+from qwen_fleet.reconcile.kinds import OPTIONAL_KINDS, capabilities_of
 from qwen_fleet.reconcile.kube import KubeClient, KubeError
 from qwen_fleet.reconcile.ownership import FOREIGN_REASON, FOREIGN_RECHECK_SECONDS, held_message
 from qwen_fleet.reconcile.prefetch import Prefetch, prefetch_of
@@ -36,21 +38,7 @@ from qwen_fleet.reconcile.status import (
     status_patch,
 )
 from qwen_fleet.reconcile.store import ChildKey, Store, nccl_status
-from qwen_fleet.reconcile.workload import (
-    BACKEND_TRAFFIC_POLICY,
-    ENVOY_EXTENSION_POLICY,
-    HTTP_ROUTE,
-    INFERENCE_OBJECTIVE,
-    INFERENCE_POOL,
-    KEDA,
-    KEDA_HTTP,
-    LWS,
-    SECURITY_POLICY,
-    missing_capability,
-    pools_rollout_view,
-    rollout_view,
-    workload_kind,
-)
+from qwen_fleet.reconcile.workload import missing_capability, pools_rollout_view, rollout_view, workload_kind
 from qwen_fleet.render import Capabilities, render_children
 from qwen_fleet.render.canary import canary_problem, traffic_status
 from qwen_fleet.render.common import selector_string
@@ -63,7 +51,8 @@ from qwen_fleet.render.scale_to_zero import client_endpoint
 log = logging.getLogger("qwen_fleet.reconcile")
 
 # Ready reasons that deserve a Warning Event when they appear (see reconcile/status.py).
-TROUBLE = {"NCCLPreflightFailed", "EngineFailed", "PodsPending", "Retrying", "FailedCreate"} | WAITING_TROUBLE
+TROUBLE = {Reason.NCCL_PREFLIGHT_FAILED, Reason.ENGINE_FAILED, Reason.PODS_PENDING, Reason.RETRYING,
+           Reason.FAILED_CREATE} | WAITING_TROUBLE
 
 EmitEvent = Callable[[dict[str, Any], str, str, str], None]  # (resource, type, reason, message)
 
@@ -122,22 +111,9 @@ class Controller:
         self.terminating: dict[Key, str] = {}
 
     async def refresh_capabilities(self) -> None:
-        self.capabilities = Capabilities(
-            service_monitor=await self.kube.api_exists("monitoring.coreos.com/v1", "servicemonitors"),
-            prometheus_rule=await self.kube.api_exists("monitoring.coreos.com/v1", "prometheusrules"),
-            leader_worker_set=await self.kube.api_exists(LWS.api_version, LWS.plural),
-            keda=await self.kube.api_exists(KEDA.api_version, KEDA.plural),
-            keda_http=await self.kube.api_exists(KEDA_HTTP.api_version, KEDA_HTTP.plural),
-            inference_pool=await self.kube.api_exists(INFERENCE_POOL.api_version, INFERENCE_POOL.plural),
-            inference_objective=await self.kube.api_exists(INFERENCE_OBJECTIVE.api_version,
-                                                           INFERENCE_OBJECTIVE.plural),
-            http_route=await self.kube.api_exists(HTTP_ROUTE.api_version, HTTP_ROUTE.plural),
-            envoy_gateway=(await self.kube.api_exists(ENVOY_EXTENSION_POLICY.api_version,
-                                                      ENVOY_EXTENSION_POLICY.plural)
-                           and await self.kube.api_exists(BACKEND_TRAFFIC_POLICY.api_version,
-                                                          BACKEND_TRAFFIC_POLICY.plural)),
-            security_policy=await self.kube.api_exists(SECURITY_POLICY.api_version, SECURITY_POLICY.plural),
-        )
+        served = [child.kind for child in OPTIONAL_KINDS if await self.kube.api_exists(child.api_version,
+                                                                                        child.plural)]
+        self.capabilities = capabilities_of(served)
 
     async def reconcile(self, key: Key) -> Result | None:
         raw = self.store.resources.get(key)
@@ -154,7 +130,7 @@ class Controller:
         try:
             cr = QwenInference.model_validate({"metadata": raw["metadata"], "spec": raw.get("spec") or {}})
         except ValidationError as err:
-            outcome = Outcome.stalled("InvalidSpec", validation_message(err))
+            outcome = Outcome.stalled(Reason.INVALID_SPEC, validation_message(err))
         else:
             plan = make_plan(cr, self.config)
             if plan.problems:
@@ -185,7 +161,7 @@ class Controller:
             if err.transient or err.status == 403:
                 result.outcome = Outcome.retrying(f"{err.status} {err.reason}: {err.message}"[:1000])
             else:  # the apiserver refused what we rendered: a spec the CRD let through but cannot work
-                result.outcome = Outcome.stalled("ApplyRejected", err.message[:2000])
+                result.outcome = Outcome.stalled(Reason.APPLY_REJECTED, err.message[:2000])
                 self.refused[key] = (uid, generation, result.outcome)
         else:
             if desired is not None and not held:
@@ -362,24 +338,23 @@ class Controller:
             prev = before.get(cond["type"])
             if prev is not None and prev.get("status") == cond["status"] and prev.get("reason") == cond["reason"]:
                 continue
-            if cond["type"] == "Stalled" and cond["status"] == "True":
+            if cond["type"] == Type.STALLED and cond["status"] == "True":
                 self.emit(raw, "Warning", cond["reason"], cond["message"])
-            elif cond["type"] == "Ready" and cond["status"] == "True":
+            elif cond["type"] == Type.READY and cond["status"] == "True":
                 self.emit(raw, "Normal", "Ready", cond["message"])
-            elif cond["type"] == "Ready" and cond["reason"] in TROUBLE:
+            elif cond["type"] == Type.READY and cond["reason"] in TROUBLE:
                 self.emit(raw, "Warning", cond["reason"], cond["message"])
-            elif cond["type"] == "Ready" and cond["reason"] in ("ModelPrefetching", "ScalingFromZero"):
+            elif cond["type"] == Type.READY and cond["reason"] in (Reason.MODEL_PREFETCHING, Reason.SCALING_FROM_ZERO):
                 self.emit(raw, "Normal", cond["reason"], cond["message"])
-            elif cond["type"] == "Ready" and prev is not None and prev.get("status") == "True":
+            elif cond["type"] == Type.READY and prev is not None and prev.get("status") == "True":
                 self.emit(raw, "Warning", "NotReady", f"{cond['reason']}: {cond['message']}")
-            elif cond["type"] == MODEL_CACHED and cond["status"] == "False":
+            elif cond["type"] == Type.MODEL_CACHED and cond["status"] == "False":
                 # Scale to zero downloading the model at every cold start: it works, slowly (cold_start.py).
                 self.emit(raw, "Warning", cond["reason"], cond["message"])
-            elif cond["type"] == "ScaledObjectFallback" and cond["status"] == "True":
+            elif cond["type"] == Type.SCALED_OBJECT_FALLBACK and cond["status"] == "True":
                 # KEDA's queries fail and it holds a fallback count: the fleet no longer follows its load.
                 self.emit(raw, "Warning", "ScaledObjectFallbackTrue", cond["message"])
-            elif cond["type"] in ("ScalingActive", "ScalingLimited", "ScaledObjectReady", "ScaledObjectFallback") \
-                    and prev is not None:
+            elif cond["type"] in AUTOSCALER_CONDITIONS and prev is not None:
                 self.emit(raw, "Normal", f"{cond['type']}{cond['status']}", cond["message"])
 
 

@@ -21,28 +21,18 @@ import os
 import threading
 from typing import Any
 
-from qwen_fleet.api import GROUP, KIND, PLURAL, VERSION
+from qwen_fleet.api import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from qwen_fleet.config import MANAGED_BY, OperatorConfig
 from qwen_fleet.reconcile import adapter, metrics
 from qwen_fleet.reconcile.adapter import KopfHandles, ensure_watched
 from qwen_fleet.reconcile.batch_controller import BatchController, batch_resync, batch_worker, register_batch
 from qwen_fleet.reconcile.controller import Controller, RetryLater
 from qwen_fleet.reconcile.events import EventSender
-from qwen_fleet.reconcile.kinds import CHILD_KINDS
+from qwen_fleet.reconcile.kinds import CHILD_KINDS, served_groups
 from qwen_fleet.reconcile.kube import KubeClient
 from qwen_fleet.reconcile.leader import LeaderElector, LeaseTimings
 from qwen_fleet.reconcile.queue import Key, WorkQueue
 from qwen_fleet.reconcile.store import Store, compact_child, instance_key, owner_key, pod_summary
-from qwen_fleet.reconcile.workload import (
-    ENVOY_EXTENSION_POLICY,
-    HTTP_ROUTE,
-    INFERENCE_OBJECTIVE,
-    INFERENCE_POOL,
-    KEDA,
-    KEDA_HTTP,
-    LWS,
-)
-from qwen_fleet.render import Capabilities
 from qwen_fleet.render.common import INSTANCE_LABEL, MANAGED_BY_LABEL
 
 log = logging.getLogger("qwen_fleet.operator")
@@ -68,25 +58,6 @@ class Runtime:
         self.exit_code = 0
         self.kopf: KopfHandles | None = None  # kopf's registry and insights, for APIs installed after start-up
         self.batches: BatchController | None = None  # QwenBatch (reconcile/batch_controller.py)
-
-
-def optional_groups(caps: Capabilities) -> set[str]:
-    """API groups of the optional child kinds the cluster serves now (their children are indexed by kopf)."""
-    groups = set()
-    if caps.service_monitor or caps.prometheus_rule:
-        groups.add("monitoring.coreos.com")
-    if caps.leader_worker_set:
-        groups.add(LWS.api_version.split("/")[0])
-    if caps.keda:
-        groups.add(KEDA.group)
-    if caps.keda_http:
-        groups.add(KEDA_HTTP.group)
-    for served, kind in ((caps.inference_pool, INFERENCE_POOL), (caps.inference_objective, INFERENCE_OBJECTIVE),
-                         (caps.http_route, HTTP_ROUTE), (caps.envoy_gateway, ENVOY_EXTENSION_POLICY),
-                         (caps.security_policy, ENVOY_EXTENSION_POLICY)):
-        if served:
-            groups.add(kind.group)
-    return groups
 
 
 def _resource_key(body: Any) -> Key:
@@ -283,7 +254,7 @@ def _emit(rt: Runtime, resource: dict[str, Any], type_: str, reason: str, messag
     """Queue an Event; it is posted behind the reconciles (events.py)."""
     if rt.events is None:
         return
-    ref = {"apiVersion": resource.get("apiVersion", f"{GROUP}/{VERSION}"), "kind": resource.get("kind", KIND),
+    ref = {"apiVersion": resource.get("apiVersion", API_VERSION), "kind": resource.get("kind", KIND),
            "metadata": resource.get("metadata", {})}
     rt.events.emit(ref, type_, reason, message)
 
@@ -326,7 +297,7 @@ async def _resync(rt: Runtime) -> None:
         try:
             await rt.controller.refresh_capabilities()
             if rt.kopf is not None:  # an optional API installed since start-up: watch it even if kopf missed it
-                await ensure_watched(rt.kopf, optional_groups(rt.controller.capabilities))
+                await ensure_watched(rt.kopf, served_groups(rt.controller.capabilities))
         except Exception as err:
             log.warning("capability check failed: %s", err)
         rt.controller.refused.clear()  # a refused spec gets one more attempt per resync

@@ -12,6 +12,8 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_se
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from qwen_fleet.api.conditions import ConditionType, is_true
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -45,8 +47,7 @@ def observe(key: Key, failure: str | None, started: float, result: Result | None
 
 
 def _ready(resource: dict[str, Any] | None) -> int:
-    conds = ((resource or {}).get("status") or {}).get("conditions") or []
-    return int(any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds))
+    return int(is_true(resource, ConditionType.READY))
 
 
 def forget(key: Key) -> None:

@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from qwen_fleet.api.conditions import conditions_of, find_condition
+
 JOB_KIND = "Job"
 # What a prefetch Job needs to run: applied while everything else waits.
 PREFETCH_NEEDS = (JOB_KIND, "PersistentVolumeClaim")
@@ -46,10 +48,8 @@ class Prefetch:
 
 
 def job_condition(job: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
-    for cond in (job.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == type_ and cond.get("status") == "True":
-            return cond  # type: ignore[no-any-return]
-    return None
+    """The Job's condition of this type when it is True (batch/v1: Complete, Failed)."""
+    return find_condition(conditions_of(job), type_, "True")
 
 
 def job_state(name: str, job: Mapping[str, Any] | None) -> Prefetch:

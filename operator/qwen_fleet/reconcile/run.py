@@ -51,7 +51,7 @@ def preflight(config: OperatorConfig) -> str | None:
         except KubeError as err:
             if err.status == 404:
                 return (f"the QwenInference CRD ({PLURAL}.{GROUP}) is not installed: kubectl apply -f "
-                        "crds/qwenfleet.io_qweninferences.yaml, or helm install the chart")
+                        f"crds/{GROUP}_{PLURAL}.yaml, or helm install the chart")
             return f"cannot read the {GROUP} API: {err}"
         missing = []
         namespace = config.namespaces[0] if config.namespaces else ""

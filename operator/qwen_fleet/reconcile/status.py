@@ -13,9 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from qwen_fleet.api.conditions import ConditionType as Type
+from qwen_fleet.api.conditions import Reason, condition
 from qwen_fleet.plan import Plan
 from qwen_fleet.reconcile.cold_start import (
-    MODEL_CACHED,
     model_cached_condition,
     scale_to_zero_status,
     scaling_from_zero,
@@ -47,7 +48,7 @@ class Outcome:
 
     @classmethod
     def retrying(cls, message: str) -> Outcome:
-        return cls("retrying", "Retrying", message)
+        return cls("retrying", Reason.RETRYING, message)
 
 
 @dataclass(frozen=True)
@@ -61,18 +62,18 @@ class Observed:
     prefetch: Prefetch | None = None  # the model prefetch Job the spec asks for (reconcile/prefetch.py)
 
 
-def condition(old: list[dict[str, Any]], type_: str, status: str, reason: str, message: str, generation: int,
-              now: str) -> dict[str, Any]:
-    previous = next((c for c in old if c.get("type") == type_), None)
-    changed = previous is None or previous.get("status") != status
-    return {
-        "type": type_,
-        "status": status,
-        "observedGeneration": generation,
-        "lastTransitionTime": now if changed else previous.get("lastTransitionTime", now),  # type: ignore[union-attr]
-        "reason": reason,
-        "message": message[:32768],
-    }
+def kstatus(old: list[dict[str, Any]], state: str, reason: str, message: str, generation: int,
+            now: str) -> list[dict[str, Any]]:
+    """Ready, Reconciling and Stalled of a fleet whose state is ready, progressing or stalled."""
+    if state == "stalled":
+        return [condition(old, Type.READY, "False", reason, message, generation, now),
+                condition(old, Type.RECONCILING, "False", reason, "Waiting for a spec change", generation, now),
+                condition(old, Type.STALLED, "True", reason, message, generation, now)]
+    ready = state == "ready"
+    return [condition(old, Type.READY, "True" if ready else "False", reason, message, generation, now),
+            condition(old, Type.RECONCILING, "False" if ready else "True", reason,
+                      message if not ready else "Up to date", generation, now),
+            condition(old, Type.STALLED, "False", Reason.PROGRESSING if not ready else reason, "", generation, now)]
 
 
 def _int(obj: dict[str, Any] | None, *path: str) -> int:
@@ -85,15 +86,15 @@ def _int(obj: dict[str, Any] | None, *path: str) -> int:
 def _rollout(plan: Plan, dep: dict[str, Any] | None, pods: tuple[dict[str, Any], ...]) -> tuple[str, str, str]:
     """(state, reason, message) of the Deployment: state is ready, progressing or stalled."""
     if dep is None:
-        return "progressing", "Creating", "Creating the Deployment"
+        return "progressing", Reason.CREATING, "Creating the Deployment"
     desired = plan.replicas if plan.replicas is not None else _int(dep, "spec", "replicas")
     st = dep.get("status") or {}
     for cond in st.get("conditions") or []:
-        if cond.get("type") == "Progressing" and cond.get("reason") == "ProgressDeadlineExceeded":
-            return "stalled", "ProgressDeadlineExceeded", str(cond.get("message", ""))
+        if cond.get("type") == "Progressing" and cond.get("reason") == Reason.PROGRESS_DEADLINE_EXCEEDED:
+            return "stalled", Reason.PROGRESS_DEADLINE_EXCEEDED, str(cond.get("message", ""))
         if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True":
             # Pods could not even be created (admission, quota): say so instead of "rolling out" forever.
-            return "progressing", str(cond.get("reason") or "FailedCreate"), str(cond.get("message", ""))
+            return "progressing", str(cond.get("reason") or Reason.FAILED_CREATE), str(cond.get("message", ""))
     current_gen = _int(dep, "metadata", "generation")
     seen_gen = int(st.get("observedGeneration") or 0)
     updated, ready = int(st.get("updatedReplicas") or 0), int(st.get("readyReplicas") or 0)
@@ -101,23 +102,23 @@ def _rollout(plan: Plan, dep: dict[str, Any] | None, pods: tuple[dict[str, Any],
     if seen_gen >= current_gen and updated >= desired and available >= desired and total == desired \
             and ready >= desired:
         what = "scaled to zero" if desired == 0 else f"{ready}/{desired} replicas ready"
-        return "ready", "Ready" if desired else "ScaledToZero", what
+        return "ready", Reason.READY if desired else Reason.SCALED_TO_ZERO, what
     for pod in pods:
         if pod.get("preflightFailed"):
-            return "progressing", "NCCLPreflightFailed", f"pod {pod['name']}: {pod.get('preflightMessage', '')}"
+            return "progressing", Reason.NCCL_PREFLIGHT_FAILED, f"pod {pod['name']}: {pod.get('preflightMessage', '')}"
     for pod in pods:
         if pod.get("unschedulable"):
-            return "progressing", "PodsPending", f"pod {pod['name']} cannot be scheduled: {pod['unschedulable']}"
+            return "progressing", Reason.PODS_PENDING, f"pod {pod['name']} cannot be scheduled: {pod['unschedulable']}"
     for pod in pods:
         if pod.get("engineExit"):
             exit_ = pod["engineExit"]
-            return "progressing", "EngineFailed", (f"pod {pod['name']}: vLLM exited with code {exit_['exitCode']}: "
-                                                   f"{exit_['lines']}")
+            return "progressing", Reason.ENGINE_FAILED, (f"pod {pod['name']}: vLLM exited with code "
+                                                         f"{exit_['exitCode']}: {exit_['lines']}")
     for pod in pods:
         if pod.get("waitingReason") in WAITING_TROUBLE:
             return "progressing", str(pod["waitingReason"]), f"pod {pod['name']}: {pod.get('waitingMessage', '')}"
-    return "progressing", "RollingOut", (f"{updated}/{desired} replicas updated, {ready}/{desired} ready, "
-                                          f"{available}/{desired} available")
+    return "progressing", Reason.ROLLING_OUT, (f"{updated}/{desired} replicas updated, {ready}/{desired} ready, "
+                                               f"{available}/{desired} available")
 
 
 def _scaling(autoscaler: dict[str, Any] | None, old: list[dict[str, Any]], generation: int,
@@ -130,7 +131,7 @@ def _scaling(autoscaler: dict[str, Any] | None, old: list[dict[str, Any]], gener
     conds = {c.get("type"): c for c in st.get("conditions") or []}
     mirrored = []
     words = []
-    for type_ in ("ScalingActive", "ScalingLimited"):
+    for type_ in (Type.SCALING_ACTIVE, Type.SCALING_LIMITED):
         c = conds.get(type_)
         if c is None:
             continue
@@ -146,7 +147,7 @@ def _scaling(autoscaler: dict[str, Any] | None, old: list[dict[str, Any]], gener
 # KEDA's ScaledObject conditions (keda.sh/v1alpha1, apis/keda/v1alpha1/condition_types.go). Ready and Fallback
 # become conditions of the resource (they change when the autoscaler breaks or mends: the Prometheus query fails
 # or works again); Active and Paused only go into the message: Active flips with every idle/busy turn.
-KEDA_MIRRORED = {"Ready": "ScaledObjectReady", "Fallback": "ScaledObjectFallback"}
+KEDA_MIRRORED = {"Ready": Type.SCALED_OBJECT_READY, "Fallback": Type.SCALED_OBJECT_FALLBACK}
 KEDA_WORDS = ("Ready", "Active", "Fallback", "Paused")
 
 
@@ -205,50 +206,39 @@ def compute_status(old_status: dict[str, Any] | None, generation: int, outcome: 
     status: dict[str, Any] = {}
     if outcome.kind == "stalled":
         status["observedGeneration"] = generation  # acted on: refused. kstatus then reports Failed.
-        conds = [condition(old, "Ready", "False", outcome.reason, outcome.message, generation, now),
-                 condition(old, "Reconciling", "False", outcome.reason, "Waiting for a spec change", generation,
-                           now),
-                 condition(old, "Stalled", "True", outcome.reason, outcome.message, generation, now)]
+        conds = kstatus(old, "stalled", outcome.reason, outcome.message, generation, now)
     else:
         if outcome.kind == "applied":
             status["observedGeneration"] = generation
         elif "observedGeneration" in old_status:
             status["observedGeneration"] = old_status["observedGeneration"]
         state, reason, message = _rollout(plan, observed.deployment, observed.pods) if plan else (
-            "progressing", "Pending", "")
+            "progressing", Reason.PENDING, "")
         gate = observed.prefetch
         if gate is not None and gate.state == "Failed":
-            state, reason = "stalled", "ModelPrefetchFailed"
+            state, reason = "stalled", Reason.MODEL_PREFETCH_FAILED
             message = failed_message(gate, plan.model_ref if plan else "the model")
         elif gate is not None and not gate.done:
-            state, reason, message = "progressing", "ModelPrefetching", gate.message
-        if state == "stalled":
-            conds = [condition(old, "Ready", "False", reason, message, generation, now),
-                     condition(old, "Reconciling", "False", reason, "Waiting for a spec change", generation, now),
-                     condition(old, "Stalled", "True", reason, message, generation, now)]
-        else:
-            ready = state == "ready" and outcome.kind == "applied"
+            state, reason, message = "progressing", Reason.MODEL_PREFETCHING, gate.message
+        if state != "stalled":
+            if state == "ready" and outcome.kind != "applied":
+                state = "progressing"
             if outcome.kind == "retrying":
                 reason, message = outcome.reason, outcome.message
-            conds = [condition(old, "Ready", "True" if ready else "False", reason, message, generation, now),
-                     condition(old, "Reconciling", "False" if ready else "True", reason,
-                               message if not ready else "Up to date", generation, now),
-                     condition(old, "Stalled", "False", "Progressing" if not ready else reason, "", generation,
-                               now)]
+        conds = kstatus(old, state, reason, message, generation, now)
     scaling, autoscaling = _scaling(observed.autoscaler, old, generation, now)
     if plan is not None and plan.scale_to_zero:
         autoscaling = {**(autoscaling or {"engine": "keda"}), **scale_to_zero_status(
             old_status.get("autoscaling"), observed.deployment, observed.pods, now)}
-        if scaling_from_zero(autoscaling) and conds[0]["status"] == "False" and conds[0]["reason"] == "RollingOut":
+        if scaling_from_zero(autoscaling) and conds[0]["status"] == "False" \
+                and conds[0]["reason"] == Reason.ROLLING_OUT:
             # Not a rollout: KEDA woke the fleet for a held request. Said so, and not as trouble (controller.py).
             msg = (f"starting from zero: {conds[0]['message']}; the KEDA HTTP add-on's interceptor holds requests "
                    "until a replica is ready")
-            conds = [condition(old, "Ready", "False", "ScalingFromZero", msg, generation, now),
-                     condition(old, "Reconciling", "True", "ScalingFromZero", msg, generation, now),
-                     conds[2]]
+            conds = kstatus(old, "progressing", Reason.SCALING_FROM_ZERO, msg, generation, now)
         if plan.cold_start_weights is not None:
             cached, why, words = model_cached_condition(plan.cold_start_weights, plan.model_ref)
-            scaling.append(condition(old, MODEL_CACHED, cached, why, words, generation, now))
+            scaling.append(condition(old, Type.MODEL_CACHED, cached, why, words, generation, now))
     status["conditions"] = conds + scaling
     dep_status = (observed.deployment or {}).get("status") or {}
     for key in ("replicas", "readyReplicas", "updatedReplicas", "availableReplicas"):

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from qwen_fleet.api.conditions import is_true
 from qwen_fleet.plan import Plan
-from qwen_fleet.reconcile.kinds import CHILD_KIND, CHILD_KINDS
+from qwen_fleet.reconcile.kinds import CHILD_KIND, CHILD_KINDS, serves
 from qwen_fleet.reconcile.status import Outcome
 from qwen_fleet.render import Capabilities
 
@@ -39,20 +40,20 @@ def missing_capability(plan: Plan, caps: Capabilities) -> Outcome | None:
     routing = missing_routing_api(plan, caps)
     if routing is not None:
         return routing
-    if plan.nodes > 1 and not caps.leader_worker_set:
+    if plan.nodes > 1 and not serves(caps, LWS):
         return Outcome.stalled(
             "LeaderWorkerSetMissing",
             f"parallelism.nodes={plan.nodes} makes each replica a LeaderWorkerSet group, but this cluster does "
             f"not serve {LWS.api_version} {LWS.plural}: install LeaderWorkerSet (sigs.k8s.io/lws v0.9.0 or "
             "later: its CRD and controller), or set parallelism.nodes to 1. The operator retries on its next "
             "resync.")
-    if plan.autoscaler == "ScaledObject" and not caps.keda:
+    if plan.autoscaler == "ScaledObject" and not serves(caps, KEDA):
         return Outcome.stalled(
             "KedaMissing",
             f"autoscaling.engine keda makes a KEDA ScaledObject, but this cluster does not serve "
             f"{KEDA.api_version} {KEDA.plural}: install KEDA (v2.21 or later: its CRDs and operator), or set "
             "autoscaling.engine to hpa. Nothing was changed; the operator retries on its next resync.")
-    if plan.scale_to_zero and not caps.keda_http:
+    if plan.scale_to_zero and not serves(caps, KEDA_HTTP):
         return Outcome.stalled(
             "KedaHttpAddOnMissing",
             f"autoscaling.scaleToZero routes requests through the KEDA HTTP add-on, but this cluster does not "
@@ -64,14 +65,13 @@ def missing_capability(plan: Plan, caps: Capabilities) -> Outcome | None:
 
 def missing_routing_api(plan: Plan, caps: Capabilities) -> Outcome | None:
     """spec.routing without the Inference Extension's CRDs (or, with a gateway, the Gateway API's)."""
-    needed = [(INFERENCE_POOL, caps.inference_pool, "routing"),
-              (INFERENCE_OBJECTIVE, caps.inference_objective, "routing.priorityClasses"),
-              (HTTP_ROUTE, caps.http_route, "routing.gateway"),
-              (ENVOY_EXTENSION_POLICY, caps.envoy_gateway, "routing.gateway.implementation EnvoyGateway"),
-              (BACKEND_TRAFFIC_POLICY, caps.envoy_gateway, "routing.gateway.implementation EnvoyGateway"),
-              (SECURITY_POLICY, caps.security_policy, "routing.auth.apiKeys")]
-    for kind, served, field in needed:
-        if kind.kind in plan.routing_kinds and not served:
+    needed = [(INFERENCE_POOL, "routing"), (INFERENCE_OBJECTIVE, "routing.priorityClasses"),
+              (HTTP_ROUTE, "routing.gateway"),
+              (ENVOY_EXTENSION_POLICY, "routing.gateway.implementation EnvoyGateway"),
+              (BACKEND_TRAFFIC_POLICY, "routing.gateway.implementation EnvoyGateway"),
+              (SECURITY_POLICY, "routing.auth.apiKeys")]
+    for kind, field in needed:
+        if kind.kind in plan.routing_kinds and not serves(caps, kind):
             if kind is HTTP_ROUTE:
                 source = "the Gateway API's standard CRDs (sigs.k8s.io/gateway-api v1.5 or later)"
             elif kind.group == ENVOY_EXTENSION_POLICY.group:
@@ -89,11 +89,6 @@ def missing_routing_api(plan: Plan, caps: Capabilities) -> Outcome | None:
     return None
 
 
-def _condition_true(obj: Mapping[str, Any], type_: str) -> bool:
-    conds = (obj.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == type_ and c.get("status") == "True" for c in conds)
-
-
 def rollout_view(workload: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The workload as a Deployment-shaped dict (metadata.generation, spec.replicas, status counts)."""
     if workload is None or workload.get("kind") != "LeaderWorkerSet":
@@ -104,7 +99,7 @@ def rollout_view(workload: Mapping[str, Any] | None) -> dict[str, Any] | None:
         "replicas": int(st.get("replicas") or 0),
         "readyReplicas": ready,
         "updatedReplicas": int(st.get("updatedReplicas") or 0),
-        "availableReplicas": ready if _condition_true(workload, "Available") else 0,
+        "availableReplicas": ready if is_true(workload, "Available") else 0,
     }
     if "observedGeneration" in st:
         view_status["observedGeneration"] = st["observedGeneration"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from qwen_fleet.api import QwenInference
@@ -25,7 +25,9 @@ from qwen_fleet.render.stamp import stamped
 
 @dataclass(frozen=True)
 class Capabilities:
-    """Optional APIs present in the cluster; children of absent kinds are skipped, not failed."""
+    """Optional APIs present in the cluster; children of absent kinds are skipped, not failed. Each field is
+    named by the optional child kinds it gates (reconcile/kinds.py ``ChildKind.capability``), which is how the
+    operator fills it in (``kinds.capabilities_of``)."""
 
     service_monitor: bool = False
     prometheus_rule: bool = False
@@ -43,9 +45,7 @@ class Capabilities:
     security_policy: bool = False  # routing.auth.apiKeys: Envoy Gateway's SecurityPolicy
 
 
-ALL_CAPABILITIES = Capabilities(service_monitor=True, prometheus_rule=True, leader_worker_set=True, keda=True,
-                                keda_http=True, inference_pool=True, http_route=True, inference_objective=True,
-                                envoy_gateway=True, security_policy=True)
+ALL_CAPABILITIES = Capabilities(**{f.name: True for f in fields(Capabilities)})
 
 
 def render_children(cr: QwenInference, plan: Plan, caps: Capabilities) -> list[dict[str, Any]]:

@@ -13,18 +13,19 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from qwen_fleet.api import API_VERSION
+from qwen_fleet.api import API_VERSION, GROUP
 from qwen_fleet.api.batch import BATCH_KIND, BATCH_PLURAL, QwenBatch
 from qwen_fleet.api.security import ApiKeySecretRef
 from qwen_fleet.batchrun.runner import API_KEY_ENV
 from qwen_fleet.config import MANAGED_BY
 from qwen_fleet.plan import MODEL_MOUNT, default_shm_bytes
 from qwen_fleet.plan import quantities as q
-from qwen_fleet.render.common import MANAGED_BY_LABEL, number
+from qwen_fleet.render.common import MANAGED_BY_LABEL
 from qwen_fleet.render.deployment import GPU_TOLERATION, env_var
+from qwen_fleet.render.engine_args import EngineSettings
 from qwen_fleet.render.security import HOME_DIR, TMP_DIR, restricted_container_context, restricted_pod_context
 
-BATCH_LABEL = "qwenfleet.io/batch"  # on the Job and its pods: how the operator finds a batch's Job
+BATCH_LABEL = f"{GROUP}/batch"  # on the Job and its pods: how the operator finds a batch's Job
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 INPUT_MOUNT, OUTPUT_MOUNT, WORK_MOUNT = "/batch/input", "/batch/output", "/batch/work"
 STAGED = f"{WORK_MOUNT}/pending.jsonl"
@@ -144,13 +145,11 @@ def run_batch_args(batch: QwenBatch) -> list[str]:
         args += ["--revision", d.revision]
     if d.gpus > 1:
         args += ["--tensor-parallel-size", str(d.gpus)]
-    for flag, value in (("--max-model-len", d.max_model_len), ("--max-num-seqs", d.max_num_seqs),
-                        ("--gpu-memory-utilization", d.gpu_memory_utilization), ("--dtype", d.dtype)):
-        if value is not None:
-            args += [flag, number(value) if isinstance(value, float) else str(value)]
-    if d.enforce_eager:
-        args.append("--enforce-eager")
-    return args
+    # enforceEager false is vLLM's default and is not written out (a server's spec writes --no-enforce-eager).
+    settings = EngineSettings(max_model_len=d.max_model_len, max_num_seqs=d.max_num_seqs,
+                              gpu_memory_utilization=d.gpu_memory_utilization, dtype=d.dtype,
+                              enforce_eager=True if d.enforce_eager else None)
+    return args + settings.valued_args() + settings.switch_args()
 
 
 def _dedicated_pod(batch: QwenBatch, runner_image: str, engine_image: str) -> dict[str, Any]:
@@ -256,7 +255,7 @@ def render_runner_rbac(batch: QwenBatch) -> list[dict[str, Any]]:
     """ServiceAccount, Role, RoleBinding: the runner may apply its batch's status and, for a ConfigMap output,
     read and apply that ConfigMap; nothing else, and those objects only by name."""
     name = runner_name(batch)
-    rules: list[dict[str, Any]] = [{"apiGroups": ["qwenfleet.io"], "resources": [f"{BATCH_PLURAL}/status"],
+    rules: list[dict[str, Any]] = [{"apiGroups": [GROUP], "resources": [f"{BATCH_PLURAL}/status"],
                                     "resourceNames": [batch.name], "verbs": ["patch"]}]
     if batch.spec.output.config_map is not None:
         rules.append({"apiGroups": [""], "resources": ["configmaps"],

@@ -7,8 +7,9 @@ from typing import Any
 from qwen_fleet import versions
 from qwen_fleet.api import API_VERSION, KIND, QwenInference
 from qwen_fleet.config import MANAGED_BY
+from qwen_fleet.group import GROUP
 
-INSTANCE_LABEL = "qwenfleet.io/inference"  # selects a fleet's pods; also how children find their owner
+INSTANCE_LABEL = f"{GROUP}/inference"  # selects a fleet's pods; also how children find their owner
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 HTTP_PORT_NAME = "http"
 CONTAINER_NAME = "vllm"

@@ -7,6 +7,8 @@ checks every parsed value against the spec.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from qwen_fleet.api import QwenInference
 from qwen_fleet.plan import Plan
@@ -24,10 +26,49 @@ LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"
 WORKER_INDEX = "$(LWS_WORKER_INDEX)"
 
 
-def _toggle(flag: str, value: bool | None) -> list[str]:
-    if value is None:
-        return []
-    return [f"--{flag}"] if value else [f"--no-{flag}"]
+def _valued(flag: str) -> Any:
+    return field(default=None, metadata={"valued": flag})
+
+
+def _switch(flag: str) -> Any:
+    return field(default=None, metadata={"switch": flag})
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """The engine settings a server (``engine_args``) and a ``vllm run-batch`` Job (render/batch.py) pass alike,
+    each with its vLLM flag: the one mapping from these names to vLLM's flags. Unset (None) is left to vLLM.
+    Valued flags go out in field order, a float as ``number`` writes it; a switch is ``--flag`` or ``--no-flag``."""
+
+    max_model_len: int | None = _valued("--max-model-len")
+    max_num_seqs: int | None = _valued("--max-num-seqs")
+    max_num_batched_tokens: int | None = _valued("--max-num-batched-tokens")
+    block_size: int | None = _valued("--block-size")
+    gpu_memory_utilization: float | None = _valued("--gpu-memory-utilization")
+    dtype: str | None = _valued("--dtype")
+    quantization: str | None = _valued("--quantization")
+    kv_cache_dtype: str | None = _valued("--kv-cache-dtype")
+    cpu_offload_gib: float | None = _valued("--cpu-offload-gb")
+    scheduling_policy: str | None = _valued("--scheduling-policy")
+    enforce_eager: bool | None = _switch("enforce-eager")
+    enable_prefix_caching: bool | None = _switch("enable-prefix-caching")
+    enable_chunked_prefill: bool | None = _switch("enable-chunked-prefill")
+
+    def valued_args(self) -> list[str]:
+        args: list[str] = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if "valued" in f.metadata and value is not None:
+                args += [f.metadata["valued"], number(value) if isinstance(value, float) else str(value)]
+        return args
+
+    def switch_args(self) -> list[str]:
+        args: list[str] = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if "switch" in f.metadata and value is not None:
+                args.append(f"--{f.metadata['switch']}" if value else f"--no-{f.metadata['switch']}")
+        return args
 
 
 def _data_expert_args(cr: QwenInference) -> list[str]:
@@ -64,27 +105,17 @@ def engine_args(cr: QwenInference, plan: Plan) -> list[str]:
         "--pipeline-parallel-size", str(spec.parallelism.pipeline),
     ]
     args += _data_expert_args(cr)
-    valued: list[tuple[str, object]] = [
-        ("max-model-len", engine.max_model_len),
-        ("max-num-seqs", engine.max_num_seqs),
-        ("max-num-batched-tokens", engine.max_num_batched_tokens),
-        ("block-size", engine.block_size),
-        ("gpu-memory-utilization", engine.gpu_memory_utilization),
-        ("dtype", engine.dtype),
-        ("quantization", engine.quantization),
-        ("kv-cache-dtype", engine.kv_cache_dtype),
-        ("cpu-offload-gb", engine.cpu_offload_gi_b),
-        ("scheduling-policy", engine.scheduling_policy or _routing_policy(cr)),
-    ]
-    for flag, value in valued:
-        if value is None:
-            continue
-        args += [f"--{flag}", number(value) if isinstance(value, float) else str(value)]
+    settings = EngineSettings(
+        max_model_len=engine.max_model_len, max_num_seqs=engine.max_num_seqs,
+        max_num_batched_tokens=engine.max_num_batched_tokens, block_size=engine.block_size,
+        gpu_memory_utilization=engine.gpu_memory_utilization, dtype=engine.dtype, quantization=engine.quantization,
+        kv_cache_dtype=engine.kv_cache_dtype, cpu_offload_gib=engine.cpu_offload_gi_b,
+        scheduling_policy=engine.scheduling_policy or _routing_policy(cr), enforce_eager=engine.enforce_eager,
+        enable_prefix_caching=engine.enable_prefix_caching, enable_chunked_prefill=engine.enable_chunked_prefill)
+    args += settings.valued_args()
     if engine.kv_offload_gi_b:
         args += ["--kv-offloading-backend", "native", "--kv-offloading-size", number(engine.kv_offload_gi_b)]
-    args += _toggle("enforce-eager", engine.enforce_eager)
-    args += _toggle("enable-prefix-caching", engine.enable_prefix_caching)
-    args += _toggle("enable-chunked-prefill", engine.enable_chunked_prefill)
+    args += settings.switch_args()
     if spec.model.trust_remote_code:
         args.append("--trust-remote-code")
     args += ["--shutdown-timeout", str(engine.shutdown_timeout_seconds)]

@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from qwen_fleet.api import QwenInference
+from qwen_fleet.group import GROUP
 from qwen_fleet.preflight.report import script_source
 from qwen_fleet.render.common import metadata
 from qwen_fleet.render.deployment import PREFLIGHT_SCRIPT, model_cache_claim_name, preflight_config_map_name
 
 # model.cache.retentionPolicy.whenRemoved, on the claim itself: when model.cache leaves the spec, the policy leaves
 # with it, so the operator reads it here (reconcile/changes.py). No annotation (claims made before it) is Retain.
-CACHE_RETENTION_ANNOTATION = "qwenfleet.io/when-removed"
+CACHE_RETENTION_ANNOTATION = f"{GROUP}/when-removed"
 
 
 def render_preflight_config_map(cr: QwenInference) -> dict[str, Any]:

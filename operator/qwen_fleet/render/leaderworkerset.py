@@ -15,6 +15,7 @@ import copy
 from typing import Any
 
 from qwen_fleet.api import QwenInference
+from qwen_fleet.group import GROUP
 from qwen_fleet.plan import Plan
 from qwen_fleet.preflight.report import GroupRendezvous, group_args
 from qwen_fleet.render.common import CONTAINER_NAME, metadata, selector_labels
@@ -26,7 +27,7 @@ LWS_KIND = "LeaderWorkerSet"
 EXCLUSIVE_TOPOLOGY_ANNOTATION = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"  # set by LWS on every pod; "0" is the leader
 GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"  # set by LWS on every pod: the group (replica)
-ROLE_LABEL = "qwenfleet.io/role"
+ROLE_LABEL = f"{GROUP}/role"
 RENDEZVOUS_PORT_NAME = "rendezvous"
 # The NCCL preflight's group store, held by the leader's init container. Not vLLM's MASTER_PORT: the two never
 # run at once (init containers end first), but a distinct port keeps a lingering socket from the preflight out

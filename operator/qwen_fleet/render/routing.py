@@ -42,21 +42,22 @@ import yaml
 from qwen_fleet.api import QwenInference
 from qwen_fleet.api.routing import PriorityClass, RoutingSpec, failure_mode, on_envoy_gateway, vllm_priority
 from qwen_fleet.config import MANAGED_BY
+from qwen_fleet.group import GROUP
 from qwen_fleet.render.common import MANAGED_BY_LABEL, common_labels, metadata, selector_labels
 from qwen_fleet.render.leaderworkerset import leader_selector
 
 POOL_GROUP = "inference.networking.k8s.io"
 OBJECTIVE_GROUP = "inference.networking.x-k8s.io"
 EPP_SUFFIX = "-epp"  # the picker's children are <fleet>-epp (reconcile/kinds.py prunes them by it)
-EPP_LABEL = "qwenfleet.io/endpoint-picker"  # selects the picker's pods (never the fleet's INSTANCE_LABEL)
-VLLM_PRIORITY_ANNOTATION = "qwenfleet.io/vllm-priority"
+EPP_LABEL = f"{GROUP}/endpoint-picker"  # selects the picker's pods (never the fleet's INSTANCE_LABEL)
+VLLM_PRIORITY_ANNOTATION = f"{GROUP}/vllm-priority"
 CONFIG_FILE = "config.yaml"
 CONFIG_DIR = "/config"
 # The EPP's ports (pkg/epp/server/options.go defaults, as upstream's chart exposes them).
 GRPC_PORT = 9002
 GRPC_HEALTH_PORT = 9003
 METRICS_PORT = 9090
-POOL_LABEL = "qwenfleet.io/pool"  # spec.pools: the pool of a pod, its Deployment, InferencePool and picker
+POOL_LABEL = f"{GROUP}/pool"  # spec.pools: the pool of a pod, its Deployment, InferencePool and picker
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 ENVOY_GATEWAY_GROUP = "gateway.envoyproxy.io"
 # The header the picker names its endpoints in (pkg/epp/metadata/consts.go DestinationEndpointKey): the best

@@ -18,7 +18,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-RENDERED_HASH_ANNOTATION = "qwenfleet.io/rendered-hash"
+from qwen_fleet.group import GROUP
+
+RENDERED_HASH_ANNOTATION = f"{GROUP}/rendered-hash"
 
 
 def rendered_hash(obj: Mapping[str, Any]) -> str:

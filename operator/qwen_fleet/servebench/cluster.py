@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from qwen_fleet.api import GROUP, PLURAL, VERSION
+from qwen_fleet.api.conditions import ConditionType, conditions_of, find_condition
 from qwen_fleet.api.security import ApiKeySecretRef
 from qwen_fleet.servebench.client import LAUNCHER, Workload, client_args, parse_result
 from qwen_fleet.servebench.sweep import Row, Setting
@@ -34,8 +35,7 @@ State = Literal["ready", "waiting", "stalled"]
 
 
 def _condition(obj: Mapping[str, Any], kind: str) -> dict[str, Any]:
-    conditions = (obj.get("status") or {}).get("conditions") or []
-    return next((dict(c) for c in conditions if c.get("type") == kind), {})
+    return dict(find_condition(conditions_of(obj), kind) or {})
 
 
 def rollout_state(qwi: Mapping[str, Any], generation: int) -> tuple[State, str]:
@@ -44,10 +44,10 @@ def rollout_state(qwi: Mapping[str, Any], generation: int) -> tuple[State, str]:
     status = qwi.get("status") or {}
     if int(status.get("observedGeneration") or 0) < generation:
         return "waiting", f"the operator has not yet observed generation {generation}"
-    stalled = _condition(qwi, "Stalled")
+    stalled = _condition(qwi, ConditionType.STALLED)
     if stalled.get("status") == "True" and int(stalled.get("observedGeneration") or generation) >= generation:
         return "stalled", f"Stalled ({stalled.get('reason')}): {stalled.get('message')}"
-    ready = _condition(qwi, "Ready")
+    ready = _condition(qwi, ConditionType.READY)
     if ready.get("status") == "True" and int(ready.get("observedGeneration") or generation) >= generation:
         return "ready", ready.get("message") or "Ready"
     return "waiting", f"Ready={ready.get('status', 'Unknown')} ({ready.get('reason')}): {ready.get('message')}"
