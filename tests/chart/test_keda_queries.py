@@ -100,7 +100,9 @@ def _promtool_test(binary: Path, tmp_path: Path, exprs: list[tuple[str, list[dic
     tests = {"rule_files": [], "evaluation_interval": "1m", "tests": [{
         "interval": "1m",
         "input_series": [{"series": series, "values": values} for series, values in LATENCY_SERIES],
-        "promql_expr_test": [{"expr": expr, "eval_time": "5m", "exp_samples": samples} for expr, samples in exprs],
+        # In microseconds, rounded: promtool compares floats exactly, and 0.0625 comes out 0.06250000000000001.
+        "promql_expr_test": [{"expr": f"round(1e6 * ({expr}))", "eval_time": "5m", "exp_samples": [
+            {**sample, "value": round(sample["value"] * 1e6)} for sample in samples]} for expr, samples in exprs],
     }]}
     (tmp_path / "latency.test.yaml").write_text(yaml.safe_dump(tests, sort_keys=False))
     result = subprocess.run([str(binary), "test", "rules", "latency.test.yaml"], cwd=tmp_path, capture_output=True,
