@@ -303,11 +303,13 @@ CASES: list[Case] = [
          "spec.autoscaling.latency.interTokenLatency.percentile: Invalid value: 100", "less than 100"),
     Case("latency-target-zero", {"autoscaling": {"enabled": True, "maxReplicas": 3, "latency": {
         "timeToFirstToken": {"targetSeconds": 0}}}},
-         "spec.autoscaling.latency.timeToFirstToken.targetSeconds: Invalid value: 0", "greater than or equal to 0.001"),
+         "spec.autoscaling.latency.timeToFirstToken.targetSeconds: Invalid value: 0", "greater than 0"),
     Case("latency-target-negative", {"autoscaling": {"enabled": True, "maxReplicas": 3, "latency": {
         "interTokenLatency": {"targetSeconds": -0.5}}}},
-         "spec.autoscaling.latency.interTokenLatency.targetSeconds: Invalid value: -0.5",
-         "greater than or equal to 0.001"),
+         "spec.autoscaling.latency.interTokenLatency.targetSeconds: Invalid value: -0.5", "greater than 0"),
+    _rule("latency-target-below-a-millisecond", {"autoscaling": {"enabled": True, "maxReplicas": 3, "latency": {
+        "interTokenLatency": {"targetSeconds": 0.0005}}}},
+          "targetSeconds must be at least 0.001 (1 ms)"),
     Case("latency-target-missing", {"autoscaling": {"enabled": True, "maxReplicas": 3, "latency": {
         "timeToFirstToken": {"percentile": 90}}}},
          "spec.autoscaling.latency.timeToFirstToken.targetSeconds: Required value", "Field required"),

@@ -109,8 +109,9 @@ def _refusal(spec: dict[str, Any]) -> str:
 @pytest.mark.parametrize(("latency", "engine", "words"), [
     ({"timeToFirstToken": {"percentile": 0, "targetSeconds": 1}}, "hpa", "greater than 0"),
     ({"timeToFirstToken": {"percentile": 100, "targetSeconds": 1}}, "keda", "less than 100"),
-    ({"interTokenLatency": {"targetSeconds": 0}}, "hpa", "greater than or equal to 0.001"),
-    ({"interTokenLatency": {"targetSeconds": -1}}, "keda", "greater than or equal to 0.001"),
+    ({"interTokenLatency": {"targetSeconds": 0}}, "hpa", "greater than 0"),
+    ({"interTokenLatency": {"targetSeconds": -1}}, "keda", "greater than 0"),
+    ({"interTokenLatency": {"targetSeconds": 0.0009}}, "keda", "targetSeconds must be at least 0.001 (1 ms)"),
     ({}, "hpa", "autoscaling.latency needs timeToFirstToken or interTokenLatency"),
     ({"timeToFirstToken": {"percentile": 99.9, "targetSeconds": 1}}, "hpa", "with engine hpa a percentile must be"),
     ({"interTokenLatency": {"percentile": 75, "targetSeconds": 1}}, "hpa", "with engine hpa a percentile must be"),

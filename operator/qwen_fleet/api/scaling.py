@@ -71,13 +71,24 @@ class GpuUtilizationMetric(ApiModel):
 HPA_LATENCY_PERCENTILES = (50, 90, 95, 99)
 
 
-class LatencyTarget(ApiModel):
+# prometheus-adapter serves custom metrics in thousandths (pkg/custom-provider/provider.go, NewMilliQuantity), so a
+# finer target could never be told from 0.
+MIN_TARGET_SECONDS = 0.001
+
+
+class LatencyTarget(ApiModel, rules=[
+    # Not the schema's `minimum: 0.001`: the apiserver compares a JSON integer with int64(minimum), which admits 0.
+    Rule(cel=f"self.targetSeconds >= {MIN_TARGET_SECONDS}",
+         check=lambda t: t.target_seconds >= MIN_TARGET_SECONDS,
+         message="targetSeconds must be at least 0.001 (1 ms): prometheus-adapter serves latencies to the "
+                 "millisecond, so a finer target could never be told from 0"),
+]):
     """A percentile of one of vLLM's latency histograms and the value it should stay under."""
 
     percentile: float = Field(default=90, gt=0, lt=100, description="Which percentile of the histogram, over the "
                               "last 2 minutes of each replica's requests. Engine hpa: 50, 90, 95 or 99 (the "
                               "chart's adapter rules serve those); engine keda: any in (0, 100).")
-    target_seconds: float = Field(ge=0.001, le=3600, description="The percentile each replica should stay "
+    target_seconds: float = Field(gt=0, le=3600, description="The percentile each replica should stay "
                                   "under, in seconds (at least 1 ms). Above it the fleet grows in proportion: "
                                   "replicas = ceil(sum over replicas of their percentile / target).")
 
