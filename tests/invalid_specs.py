@@ -294,6 +294,35 @@ CASES: list[Case] = [
          "spec.autoscaling.kvCacheUsage.targetPercent: Invalid value: 150", "less than or equal to 100"),
     Case("queue-target-zero", {"autoscaling": {"queueDepth": {"targetPerReplica": 0}}},
          "spec.autoscaling.queueDepth.targetPerReplica: Invalid value: 0", "greater than 0"),
+    # Latency targets (autoscaling.latency, api/scaling.py).
+    Case("latency-percentile-zero", {"autoscaling": {"enabled": True, "maxReplicas": 3, "latency": {
+        "timeToFirstToken": {"percentile": 0, "targetSeconds": 1}}}},
+         "spec.autoscaling.latency.timeToFirstToken.percentile: Invalid value: 0", "greater than 0"),
+    Case("latency-percentile-100", {"autoscaling": {"enabled": True, "maxReplicas": 3, "latency": {
+        "interTokenLatency": {"percentile": 100, "targetSeconds": 0.05}}}},
+         "spec.autoscaling.latency.interTokenLatency.percentile: Invalid value: 100", "less than 100"),
+    Case("latency-target-zero", {"autoscaling": {"enabled": True, "maxReplicas": 3, "latency": {
+        "timeToFirstToken": {"targetSeconds": 0}}}},
+         "spec.autoscaling.latency.timeToFirstToken.targetSeconds: Invalid value: 0", "greater than 0"),
+    Case("latency-target-negative", {"autoscaling": {"enabled": True, "maxReplicas": 3, "latency": {
+        "interTokenLatency": {"targetSeconds": -0.5}}}},
+         "spec.autoscaling.latency.interTokenLatency.targetSeconds: Invalid value: -0.5", "greater than 0"),
+    _rule("latency-target-below-a-millisecond", {"autoscaling": {"enabled": True, "maxReplicas": 3, "latency": {
+        "interTokenLatency": {"targetSeconds": 0.0005}}}},
+          "targetSeconds must be at least 0.001 (1 ms)"),
+    Case("latency-target-missing", {"autoscaling": {"enabled": True, "maxReplicas": 3, "latency": {
+        "timeToFirstToken": {"percentile": 90}}}},
+         "spec.autoscaling.latency.timeToFirstToken.targetSeconds: Required value", "Field required"),
+    _rule("latency-no-target", {"autoscaling": {"enabled": True, "maxReplicas": 3, "latency": {}}},
+          "autoscaling.latency needs timeToFirstToken or interTokenLatency (or both)"),
+    _rule("latency-autoscaling-off", {"autoscaling": {"latency": {"timeToFirstToken": {"targetSeconds": 1}}}},
+          "autoscaling.latency needs autoscaling.enabled: true"),
+    _rule("latency-hpa-percentile-not-served", {"autoscaling": {"enabled": True, "maxReplicas": 3, "latency": {
+        "timeToFirstToken": {"percentile": 99.9, "targetSeconds": 1}}}},
+          "autoscaling.latency: with engine hpa a percentile must be 50, 90, 95 or 99"),
+    _rule("latency-hpa-itl-percentile-not-served", {"autoscaling": {"enabled": True, "maxReplicas": 3, "latency": {
+        "timeToFirstToken": {"targetSeconds": 1}, "interTokenLatency": {"percentile": 75, "targetSeconds": 0.1}}}},
+          "autoscaling.latency: with engine hpa a percentile must be 50, 90, 95 or 99"),
     Case("service-port-out-of-range", {"service": {"port": 70000}}, "spec.service.port: Invalid value: 70000",
          "less than or equal to 65535"),
     Case("service-type-unknown", {"service": {"type": "ExternalName"}},

@@ -339,6 +339,29 @@ def test_schema_covers_every_value_and_closes_every_object() -> None:
     assert closed(SCHEMA, "") == []
 
 
+def test_adapter_rules_serve_each_latency_percentile_the_crd_admits_with_engine_hpa() -> None:
+    """spec.autoscaling.latency with engine hpa: the CRD admits percentiles 50, 90, 95, 99 (api/scaling.py), and the
+    HPA asks the custom metrics API for vllm_<histogram>_p<N>; each must be a rule of the rendered chart."""
+    from qwen_fleet.api.scaling import HPA_LATENCY_PERCENTILES
+
+    config = one(template({"metrics": {"adapterRules": {"enabled": True}}}), "ConfigMap",
+                 "-prometheus-adapter-rules")["data"]["config.yaml"]
+    rules = {r["name"]["as"]: r for r in yaml.safe_load(config)["rules"]}
+    latency = {name for name in rules if "_seconds_p" in name}
+    assert latency == {f"vllm_{h}_seconds_p{p}" for h in ("time_to_first_token", "inter_token_latency")
+                       for p in HPA_LATENCY_PERCENTILES}
+    p90 = rules["vllm_time_to_first_token_seconds_p90"]
+    assert p90["seriesQuery"] == ('{__name__="vllm:time_to_first_token_seconds_bucket",namespace!="",pod!="",'
+                                  'qwenfleet_io_inference!=""}')
+    assert p90["name"]["matches"] == "^vllm:time_to_first_token_seconds_bucket$"
+    assert p90["resources"] == {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}}
+    assert p90["metricsQuery"] == (
+        "histogram_quantile(0.9, sum by (le, <<.GroupBy>>) (rate(vllm:time_to_first_token_seconds_bucket"
+        "{<<.LabelMatchers>>}[2m]))) >= 0 or 0 * sum by (<<.GroupBy>>) (vllm:num_requests_running{<<.LabelMatchers>>})")
+    assert rules["vllm_inter_token_latency_seconds_p99"]["metricsQuery"].startswith(
+        "histogram_quantile(0.99, sum by (le, <<.GroupBy>>) (rate(vllm:inter_token_latency_seconds_bucket{")
+
+
 def test_adapter_rules_switch_exists_and_is_off() -> None:
     # The rest of the adapterRules block belongs to templates/prometheus-adapter-rules.yaml.
     assert VALUES["metrics"]["adapterRules"]["enabled"] is False

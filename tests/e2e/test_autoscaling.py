@@ -37,7 +37,15 @@ import pytest
 import yaml
 from bench.autoscaling import BURST_TOKENS, FLEET, MAX_NUM_SEQS, MAX_REPLICAS, MIN_REPLICAS, Sample, Scenario
 
-from qwen_fleet.render.metric_names import GPU_UTIL_METRIC, KV_CACHE_METRIC, QUEUE_METRIC
+from qwen_fleet.api.scaling import HPA_LATENCY_PERCENTILES
+from qwen_fleet.render.metric_names import (
+    GPU_UTIL_METRIC,
+    ITL_SERIES,
+    KV_CACHE_METRIC,
+    QUEUE_METRIC,
+    TTFT_SERIES,
+    latency_metric,
+)
 from qwen_fleet_dev.cluster import LocalCluster
 from qwen_fleet_dev.metrics_stack import DCGM_LABELS, FakeDcgmExporter, MetricsStack
 from tests.support.kube import condition, get
@@ -107,6 +115,27 @@ def _check_scaling_status(qwi: dict[str, Any], scenario: Scenario) -> None:
                   or {}).get("reason") == (condition(scenario.hpa(), "ScalingLimited") or {}).get("reason"), 240)
 
 
+def _check_latency_metrics(stack: MetricsStack, scenario: Scenario, namespace: str) -> None:
+    """The latency targets' metrics (spec.autoscaling.latency) as the HPA would read them, through the aggregator
+    and the real adapter with the chart's rules, from the simulator's own histograms: with the burst on, the
+    mapped pod's TTFT p90 over the last 2 minutes is the simulator's 50 ms as its histogram buckets resolve it
+    (it records its configured time, not the wait in its queue: 0.057 in the run of 2026-12-03, the (0.04, 0.06]
+    bucket interpolated); its ITL p50 is above 0; the pods the HPA added have no server and no value. The
+    fleet's HPA reads the queue and the KV cache, and with ~28 waiting against a target of 5 per replica the
+    queue is the signal that leads."""
+    ttft = stack.custom_metric(namespace, latency_metric(TTFT_SERIES, 90))
+    assert set(ttft) == {scenario.mapped_pod}, ttft
+    # Every first token takes at least 50 ms, so the p90 cannot lie in a bucket below 0.04 s; 2 s is far above it.
+    assert 0.04 <= ttft[scenario.mapped_pod] <= 2, ttft
+    itl = stack.custom_metric(namespace, latency_metric(ITL_SERIES, 50))
+    assert set(itl) == {scenario.mapped_pod}, itl
+    assert itl[scenario.mapped_pod] > 0, itl
+    print(f"through the adapter, mid-burst: TTFT p90 {ttft}, ITL p50 {itl}")
+    # A hang guard, as above: a reading in which the queue briefly read 0 may lead with the KV cache instead.
+    scenario.wait("the CR to name the queue as the leading signal", lambda: ((scenario.qwi() or {}).get(
+        "status", {}).get("autoscaling") or {}).get("leadingSignal") == "queue-depth", 120)
+
+
 def _check_operator_left_replicas_alone(cluster: LocalCluster, namespace: str, since: float) -> None:
     full = json.loads(cluster.kubectl("get", "deployment", FLEET, "-n", namespace, "-o", "json",
                                       "--show-managed-fields").stdout)
@@ -124,7 +153,8 @@ def test_hpa_scales_the_fleet_on_vllm_queue_depth_and_gpu_utilisation(
         dcgm_exporter: FakeDcgmExporter, namespace: str) -> None:
     cluster = metrics_stack.cluster
     rules = yaml.safe_load(metrics_stack.adapter_rules)["rules"]
-    assert {r["name"]["as"] for r in rules} == {QUEUE_METRIC, KV_CACHE_METRIC, GPU_UTIL_METRIC}
+    latency = {latency_metric(h, p) for h in (TTFT_SERIES, ITL_SERIES) for p in HPA_LATENCY_PERCENTILES}
+    assert {r["name"]["as"] for r in rules} == {QUEUE_METRIC, KV_CACHE_METRIC, GPU_UTIL_METRIC} | latency
     since = time.time()
     scenario = Scenario(cluster, namespace, vllm=autoscaling_sim, stack=metrics_stack, dcgm=dcgm_exporter)
     try:
@@ -146,6 +176,7 @@ def test_hpa_scales_the_fleet_on_vllm_queue_depth_and_gpu_utilisation(
         assert max(s.waiting for s in burst) > 2 * 4, "the burst did not queue well above maxNumSeqs"
         assert max(s.hpa_metrics.get(QUEUE_METRIC, 0) for s in burst) > 0, "the HPA never saw the queue"
         _check_scaling_status(at_max, scenario)
+        _check_latency_metrics(metrics_stack, scenario, namespace)
         assert _changes(burst)[-1] == MAX_REPLICAS
         scenario.end_burst()
         cool = [s for s in scenario.rec.samples if s.phase == "cool-down"]

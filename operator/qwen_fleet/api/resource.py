@@ -205,6 +205,11 @@ class AutoscalingStatus(ApiModel):
                                  "makes for the ScaledObject (engine keda).")
     current_replicas: int | None = Field(default=None, description="Replicas the HPA sees (engine hpa only).")
     desired_replicas: int | None = Field(default=None, description="Replicas the HPA wants (engine hpa only).")
+    leading_signal: str | None = Field(default=None, description="Engine hpa: the signal whose recommendation "
+                                       "the HPA takes in its last reading (queue-depth, kv-cache-usage, "
+                                       "gpu-utilization, time-to-first-token, inter-token-latency): the metric "
+                                       "furthest above, or least below, its target. Unset while the HPA has read "
+                                       "no metric or none leads; not known with engine keda (KEDA's HPA is not read).")
     message: str = Field(default="", description="The autoscaler's conditions in words: the HPA's "
                          "ScalingActive/ScalingLimited, or the ScaledObject's Ready/Active/Fallback/Paused.")
     scaled_to_zero: bool | None = Field(default=None, description="With autoscaling.scaleToZero: whether the fleet "

@@ -66,6 +66,64 @@ class GpuUtilizationMetric(ApiModel):
                                   "replica, in percent.")
 
 
+# The percentiles the chart's prometheus-adapter rules serve as custom metrics (engine hpa: the HPA can only read a
+# metric the adapter names, one per percentile); KEDA's triggers carry their own query, so engine keda takes any.
+HPA_LATENCY_PERCENTILES = (50, 90, 95, 99)
+
+
+# prometheus-adapter serves custom metrics in thousandths (pkg/custom-provider/provider.go, NewMilliQuantity), so a
+# finer target could never be told from 0.
+MIN_TARGET_SECONDS = 0.001
+
+
+class LatencyTarget(ApiModel, rules=[
+    # Not the schema's `minimum: 0.001`: the apiserver compares a JSON integer with int64(minimum), which admits 0.
+    Rule(cel=f"self.targetSeconds >= {MIN_TARGET_SECONDS}",
+         check=lambda t: t.target_seconds >= MIN_TARGET_SECONDS,
+         message="targetSeconds must be at least 0.001 (1 ms): prometheus-adapter serves latencies to the "
+                 "millisecond, so a finer target could never be told from 0"),
+]):
+    """A percentile of one of vLLM's latency histograms and the value it should stay under."""
+
+    percentile: float = Field(default=90, gt=0, lt=100, description="Which percentile of the histogram, over the "
+                              "last 2 minutes of each replica's requests. Engine hpa: 50, 90, 95 or 99 (the "
+                              "chart's adapter rules serve those); engine keda: any in (0, 100).")
+    target_seconds: float = Field(gt=0, le=3600, description="The percentile each replica should stay "
+                                  "under, in seconds (at least 1 ms). Above it the fleet grows in proportion: "
+                                  "replicas = ceil(sum over replicas of their percentile / target).")
+
+
+def _any_target(t: LatencyTargets) -> bool:
+    return t.time_to_first_token is not None or t.inter_token_latency is not None
+
+
+class LatencyTargets(ApiModel, rules=[
+    Rule(cel="has(self.timeToFirstToken) || has(self.interTokenLatency)", check=_any_target,
+         message="autoscaling.latency needs timeToFirstToken or interTokenLatency (or both)"),
+]):
+    """Latency targets from vLLM's own histograms: scale up while a replica's percentile is above its target, and
+    let a scale-down through only when it is far enough below (docs/autoscaling.md, "Latency targets")."""
+
+    time_to_first_token: LatencyTarget | None = Field(default=None, description="Time to the first token "
+                                                      "(vllm:time_to_first_token_seconds): queueing plus prefill, "
+                                                      "what an interactive user waits before text appears.")
+    inter_token_latency: LatencyTarget | None = Field(default=None, description="Time between two output tokens "
+                                                      "of a request (vllm:inter_token_latency_seconds): how fast "
+                                                      "text streams; it grows with the decode batch.")
+
+
+def _hpa_percentiles(a: Autoscaling) -> bool:
+    if a.engine != "hpa" or a.latency is None:
+        return True
+    targets = (a.latency.time_to_first_token, a.latency.inter_token_latency)
+    return all(t is None or t.percentile in HPA_LATENCY_PERCENTILES for t in targets)
+
+
+_HPA_PERCENTILE_LIST = ", ".join(f"{p}.0" for p in HPA_LATENCY_PERCENTILES)  # a number field is a double in CEL
+_HPA_PERCENTILE_CEL = " && ".join(f"(!has(self.latency.{f}) || self.latency.{f}.percentile in [{_HPA_PERCENTILE_LIST}])"
+                                  for f in ("timeToFirstToken", "interTokenLatency"))
+
+
 class KedaOptions(ApiModel):
     """Settings only the KEDA engine reads."""
 
@@ -161,12 +219,20 @@ class Autoscaling(ApiModel, rules=[
          check=lambda a: a.scale_to_zero is None or a.enabled,
          message="autoscaling.scaleToZero needs autoscaling.enabled: true (without an autoscaler the fleet runs "
                  "spec.replicas and never scales to zero)"),
+    Rule(cel="!has(self.latency) || self.enabled",
+         check=lambda a: a.latency is None or a.enabled,
+         message="autoscaling.latency needs autoscaling.enabled: true (latency targets are signals of the "
+                 "autoscaler; without one the fleet runs spec.replicas)"),
+    Rule(cel="self.engine != 'hpa' || !has(self.latency) || (" + _HPA_PERCENTILE_CEL + ")",
+         check=_hpa_percentiles,
+         message="autoscaling.latency: with engine hpa a percentile must be 50, 90, 95 or 99, the ones the chart's "
+                 "prometheus-adapter rules serve as custom metrics; engine keda takes any percentile"),
     Rule(cel="!self.enabled || self.engine != 'keda' || has(self.keda)",
          check=lambda a: not a.enabled or a.engine != "keda" or a.keda is not None,
          message="autoscaling.keda.prometheusAddress is required with engine keda: the URL of the Prometheus "
                  "that scrapes the fleet, which KEDA's Prometheus scaler queries"),
 ]):
-    """An autoscaler on vLLM's queue depth and KV-cache usage (and, opt-in, GPU utilisation).
+    """An autoscaler on vLLM's queue depth and KV-cache usage (and, opt-in, GPU utilisation and latency targets).
 
     Engine hpa: a HorizontalPodAutoscaler; needs the metrics adapter rules the chart ships, which expose the
     vLLM series to the custom metrics API. Engine keda: a KEDA ScaledObject with Prometheus triggers on the
@@ -193,6 +259,9 @@ class Autoscaling(ApiModel, rules=[
     gpu_utilization: GpuUtilizationMetric = Field(default_factory=GpuUtilizationMetric, description="Opt-in "
                                                   "signal: DCGM_FI_DEV_GPU_UTIL from dcgm-exporter, averaged "
                                                   "over each pod's GPUs.")
+    latency: LatencyTargets | None = Field(default=None, description="Latency targets (time to first token, "
+                                           "inter-token latency) as more signals, from vLLM's histograms; the "
+                                           "queue stays the fast signal.")
     behavior: ScalingBehavior = Field(default_factory=ScalingBehavior, description="Scale-up and "
                                       "scale-down pacing.")
     keda: KedaOptions | None = Field(default=None, description="Engine keda: where KEDA reads the metrics "

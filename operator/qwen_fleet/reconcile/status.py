@@ -11,11 +11,13 @@ status and the operator writes nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from qwen_fleet.api.conditions import ConditionType as Type
 from qwen_fleet.api.conditions import Reason, condition
 from qwen_fleet.plan import Plan
+from qwen_fleet.plan.quantities import parse
 from qwen_fleet.reconcile.cold_start import (
     model_cached_condition,
     scale_to_zero_status,
@@ -23,6 +25,7 @@ from qwen_fleet.reconcile.cold_start import (
 )
 from qwen_fleet.reconcile.prefetch import Prefetch, failed_message
 from qwen_fleet.render.keda import keda_hpa_name
+from qwen_fleet.render.metric_names import signal_of
 
 # A container waiting for one of these will not start without a change (an image, a Secret, a command); those
 # on their way (ContainerCreating, PodInitializing) are not trouble. For a fleet's pods and a batch's alike.
@@ -121,6 +124,32 @@ def _rollout(plan: Plan, dep: dict[str, Any] | None, pods: tuple[dict[str, Any],
                                                f"{available}/{desired} available")
 
 
+def _pods_metric_values(metrics: list[dict[str, Any]] | None, side: str, key: str) -> dict[str, Decimal]:
+    out = {}
+    for metric in metrics or []:
+        pods = metric.get("pods") or {}
+        name, value = (pods.get("metric") or {}).get("name"), (pods.get(side) or {}).get(key)
+        if metric.get("type") == "Pods" and name and value is not None:
+            try:
+                out[str(name)] = parse(value)
+            except (InvalidOperation, ValueError, TypeError):
+                continue
+    return out
+
+
+def leading_signal(hpa: dict[str, Any]) -> str | None:
+    """The signal whose recommendation the HPA takes, from its last reading: each Pods metric's recommendation is
+    ceil(current average / target x pods) and the HPA takes the largest, so the leader is the metric with the
+    highest current/target ratio. Before its behavior's windows and rate limits and the min/max bounds; None
+    while the HPA has read nothing, or when no metric leads (all equal, an idle fleet's zeros)."""
+    targets = _pods_metric_values((hpa.get("spec") or {}).get("metrics"), "target", "averageValue")
+    current = _pods_metric_values((hpa.get("status") or {}).get("currentMetrics"), "current", "averageValue")
+    ratios = sorted(((current[m] / t, m) for m, t in targets.items() if m in current and t > 0), reverse=True)
+    if not ratios or (len(ratios) > 1 and ratios[0][0] == ratios[1][0]):
+        return None
+    return signal_of(ratios[0][1])
+
+
 def _scaling(autoscaler: dict[str, Any] | None, old: list[dict[str, Any]], generation: int,
              now: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     if autoscaler is None:
@@ -140,7 +169,7 @@ def _scaling(autoscaler: dict[str, Any] | None, old: list[dict[str, Any]], gener
         words.append(f"{type_}={c.get('status')} ({c.get('reason')}): {c.get('message', '')}")
     summary = {"engine": "hpa", "hpaName": (autoscaler.get("metadata") or {}).get("name"),
                "currentReplicas": st.get("currentReplicas"), "desiredReplicas": st.get("desiredReplicas"),
-               "message": "; ".join(words)}
+               "leadingSignal": leading_signal(autoscaler), "message": "; ".join(words)}
     return mirrored, {k: v for k, v in summary.items() if v is not None}
 
 

@@ -1,10 +1,15 @@
-"""The HorizontalPodAutoscaler: queue depth first, KV-cache usage second, GPU utilisation opt-in.
+"""The HorizontalPodAutoscaler: queue depth first, KV-cache usage second, GPU utilisation and latency targets opt-in.
 
 All three are Pods metrics with AverageValue targets, so the HPA computes
 ``desired = ceil(sum over pods / target)``: total waiting requests divided by the per-replica target. The HPA
 takes the largest recommendation, so a saturated but unqueued fleet still grows on KV-cache usage. Pods that
 are still loading the model export no series; the HPA counts such missing pods as 0 when scaling up and as
 at-target when scaling down, so they neither inflate a scale-up nor trigger a scale-down.
+
+A latency target is one more Pods metric: each pod's percentile over the last ``LATENCY_WINDOW`` (the chart's
+adapter rules, one custom metric per percentile), with the target in seconds as the AverageValue. So
+``desired = ceil(sum of the pods' percentiles / target)`` = the replicas times how far the mean pod is above (or
+below) its target: proportional control, as for CPU utilisation.
 """
 
 from __future__ import annotations
@@ -14,7 +19,14 @@ from typing import Any
 from qwen_fleet.api import QwenInference
 from qwen_fleet.api.scaling import ScalingRules
 from qwen_fleet.render.common import metadata, number
-from qwen_fleet.render.metric_names import GPU_UTIL_METRIC, KV_CACHE_METRIC, QUEUE_METRIC
+from qwen_fleet.render.metric_names import (
+    GPU_UTIL_METRIC,
+    ITL_SERIES,
+    KV_CACHE_METRIC,
+    QUEUE_METRIC,
+    TTFT_SERIES,
+    latency_metric,
+)
 
 
 def _pods_metric(name: str, average: str) -> dict[str, Any]:
@@ -26,6 +38,28 @@ def _milli(value: float) -> str:
     """A quantity for a fraction: 0.8 -> '800m' (the apiserver's canonical form, so no false drift)."""
     milli = round(value * 1000)
     return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+def seconds(value: float) -> str:
+    """A quantity for a time in seconds, to the microsecond: 1 -> '1', 0.05 -> '50m', 0.0015 -> '1500u' (the
+    apiserver's canonical forms, so no false drift)."""
+    micro = round(value * 1_000_000)
+    if micro % 1_000_000 == 0:
+        return str(micro // 1_000_000)
+    return f"{micro // 1000}m" if micro % 1000 == 0 else f"{micro}u"
+
+
+def latency_targets(cr: QwenInference) -> list[tuple[str, str, float, float]]:
+    """(name, histogram, percentile, target seconds) of each latency target the spec sets, TTFT first."""
+    latency = cr.spec.autoscaling.latency
+    if latency is None:
+        return []
+    out = []
+    for name, series, target in (("time-to-first-token", TTFT_SERIES, latency.time_to_first_token),
+                                 ("inter-token-latency", ITL_SERIES, latency.inter_token_latency)):
+        if target is not None:
+            out.append((name, series, target.percentile, target.target_seconds))
+    return out
 
 
 def behavior_rules(rules: ScalingRules) -> dict[str, Any]:
@@ -48,6 +82,8 @@ def render_hpa(cr: QwenInference) -> dict[str, Any]:
         metrics.append(_pods_metric(KV_CACHE_METRIC, _milli(auto.kv_cache_usage.target_percent / 100)))
     if auto.gpu_utilization.enabled:
         metrics.append(_pods_metric(GPU_UTIL_METRIC, number(auto.gpu_utilization.target_percent)))
+    for _, series, percentile, target in latency_targets(cr):
+        metrics.append(_pods_metric(latency_metric(series, percentile), seconds(target)))
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",

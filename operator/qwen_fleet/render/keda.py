@@ -9,6 +9,8 @@ is what KEDA's HPA computes too.
 
 - Queue depth: waiting requests summed per pod (all engines of a data-parallel pod), then over the pods.
 - KV-cache usage: the fullest engine of each pod, then summed over the pods; target 0-1 like the HPA's.
+- Latency targets: each pod's percentile of a vLLM histogram over the last 2 minutes (0 for a serving pod that
+  finished no request), summed over the pods; the threshold is the target in seconds.
 - GPU utilisation: each pod's GPUs averaged, then summed over the pods. dcgm-exporter's series carry no fleet
   label, so a pod counts when it also exports this fleet's vLLM series (``and on (pod)``): the pods the HPA's
   selector would pick, less any that has not started its API server yet.
@@ -24,9 +26,9 @@ from __future__ import annotations
 from typing import Any
 
 from qwen_fleet.api import QwenInference
-from qwen_fleet.render.autoscaler import behavior_rules, scale_target
+from qwen_fleet.render.autoscaler import behavior_rules, latency_targets, scale_target
 from qwen_fleet.render.common import metadata, number
-from qwen_fleet.render.metric_names import FLEET_LABEL, GPU_UTIL_SERIES, KV_CACHE_SERIES, QUEUE_SERIES
+from qwen_fleet.render.metric_names import FLEET_LABEL, GPU_UTIL_SERIES, KV_CACHE_SERIES, QUEUE_SERIES, latency_per_pod
 from qwen_fleet.render.scale_to_zero import external_push_trigger, scale_to_zero
 
 # KEDA names the HPA it makes for a ScaledObject so (controllers/keda/hpa.go getHPAName, KEDA v2.21.0), unless
@@ -49,6 +51,14 @@ def fleet_queries(cr: QwenInference) -> dict[str, str]:
     }
 
 
+def latency_queries(cr: QwenInference) -> dict[str, str]:
+    """PromQL per latency target: the sum over the fleet's pods of each pod's percentile (an idle pod's 0), the
+    adapter rule's per-pod value, so ceil(value / target) is the HPA's ceil(sum over pods / target)."""
+    fleet = f'namespace="{cr.namespace}",{FLEET_LABEL}="{cr.name}"'
+    return {name: f"sum({latency_per_pod(series, percentile, fleet, 'pod')})"
+            for name, series, percentile, _ in latency_targets(cr)}
+
+
 def _trigger(name: str, address: str, query: str, threshold: float) -> dict[str, Any]:
     # metricType AverageValue: desired = ceil(value / threshold), as the HPA's AverageValue Pods metrics.
     # ignoreNullValues (KEDA's default, written out): no series yet (no pod serving) reads as 0, not an error.
@@ -68,6 +78,9 @@ def render_scaled_object(cr: QwenInference) -> dict[str, Any]:
     if auto.gpu_utilization.enabled:
         triggers.append(_trigger("gpu-utilization", address, queries["gpu-utilization"],
                                  auto.gpu_utilization.target_percent))
+    latency = latency_queries(cr)
+    for name, _, _, target in latency_targets(cr):
+        triggers.append(_trigger(name, address, latency[name], target))
     spec: dict[str, Any] = {
         "scaleTargetRef": scale_target(cr),
         "minReplicaCount": auto.min_replicas,
